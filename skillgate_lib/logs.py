@@ -1,0 +1,236 @@
+"""The run-artifact contract: what every training run writes and every audit reads.
+
+A run directory holds
+
+* ``config.json``      every setting, the seed and package versions (written once, atomically);
+* ``metrics.jsonl``    one JSON object per line, appended as the run goes (train and eval);
+* ``trajectories/``    Parquet parts, one per logged (step, split), each written atomically;
+                       together they form the *trajectory table* below.
+
+The trajectory table has one row per rollout. Every reader in the kit (this kit's
+runs, TRL, verl, NeMo-RL, a plain table) produces exactly these columns, so one
+audit serves all sources. Token indices are positions in the *response* token
+sequence (everything after the prompt, tool/environment text included); loss is
+carried only by policy tokens, of which there are ``response_tokens``.
+
+Column                type            meaning
+--------------------  --------------  -------------------------------------------------------------
+``step``              int64           training step the rollout was generated at
+``split``             string          ``"train"`` or ``"eval"``
+``group_id``          string          prompt group: rollouts of one prompt share it
+``rollout``           int64           index of the rollout within its group
+``task_id``           string          task instance id (join key for task metadata)
+``domain``            string          task domain
+``horizon``           int64           execution steps H of the task (null when unknown)
+``response_tokens``   int64           policy (loss-bearing) tokens in the response, L
+``reward``            float64         scalar outcome reward
+``success``           bool            verifier verdict
+``read_skills``       list<string>    skills named by the read actions, in order
+``read_categories``   list<string>    ``oracle`` / ``misleading`` / ``relevant`` / ``irrelevant`` / ``invalid``
+``read_tok_start``    list<int64>     first token of each read's skill name (inclusive)
+``read_tok_end``      list<int64>     end of each read's skill name (exclusive)
+``adv_exec``          float64         advantage applied to the execution tokens (the broadcast value
+                                      under outcome credit)
+``read_adv``          list<float64>   advantage applied to each read's skill-name tokens
+``sel_weight``        float64         fraction of this trajectory's total loss weight carried by its
+                                      skill-name tokens under the update actually applied (Share)
+``credit``            string          credit assigner that produced the advantages
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import math
+import os
+import platform
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+CATEGORIES = ("oracle", "misleading", "relevant", "irrelevant", "invalid")
+
+TRAJECTORY_SCHEMA = pa.schema(
+    [
+        ("step", pa.int64()),
+        ("split", pa.string()),
+        ("group_id", pa.string()),
+        ("rollout", pa.int64()),
+        ("task_id", pa.string()),
+        ("domain", pa.string()),
+        ("horizon", pa.int64()),
+        ("response_tokens", pa.int64()),
+        ("reward", pa.float64()),
+        ("success", pa.bool_()),
+        ("read_skills", pa.list_(pa.string())),
+        ("read_categories", pa.list_(pa.string())),
+        ("read_tok_start", pa.list_(pa.int64())),
+        ("read_tok_end", pa.list_(pa.int64())),
+        ("adv_exec", pa.float64()),
+        ("read_adv", pa.list_(pa.float64())),
+        ("sel_weight", pa.float64()),
+        ("credit", pa.string()),
+    ]
+)
+COLUMNS = tuple(TRAJECTORY_SCHEMA.names)
+_LIST_COLUMNS = ("read_skills", "read_categories", "read_tok_start", "read_tok_end", "read_adv")
+_PACKAGES = ("skillgate-lib", "torch", "transformers", "peft", "trl", "numpy", "pandas", "pyarrow")
+
+
+class ArtifactError(ValueError):
+    """A run artifact breaks the contract; the message names the file, row and field."""
+
+
+def package_versions() -> dict[str, str | None]:
+    """Versions of the packages a result depends on (``None`` when not installed)."""
+    versions: dict[str, str | None] = {"python": platform.python_version()}
+    for name in _PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def _atomic_write_bytes(path: Path, payload: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(payload)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def validate_trajectories(df: pd.DataFrame, source: str = "<table>") -> None:
+    """Raise :class:`ArtifactError` naming ``source``, the row and the field for the first violation."""
+    missing = [c for c in COLUMNS if c not in df.columns]
+    if missing:
+        raise ArtifactError(f"{source}: missing column(s) {', '.join(missing)}")
+    if df.empty:
+        raise ArtifactError(f"{source}: the trajectory table is empty")
+    n_reads = df["read_skills"].map(len)
+    for col in _LIST_COLUMNS[1:]:
+        bad = df.index[df[col].map(len) != n_reads]
+        if len(bad):
+            raise ArtifactError(
+                f"{source}: row {bad[0]}: field {col!r} has {len(df.at[bad[0], col])} entries, "
+                f"expected one per read ({n_reads[bad[0]]})"
+            )
+    for i, cats in df["read_categories"].items():
+        for c in cats:
+            if c not in CATEGORIES:
+                raise ArtifactError(f"{source}: row {i}: field 'read_categories' has {c!r}; expected one of {CATEGORIES}")
+    for i, (start, end) in enumerate(zip(df["read_tok_start"], df["read_tok_end"])):
+        for s, e in zip(start, end):
+            if not 0 <= s < e:
+                raise ArtifactError(f"{source}: row {df.index[i]}: field 'read_tok_start/read_tok_end' span [{s}, {e}) is empty or negative")
+    if (df["response_tokens"] < 1).any():
+        i = df.index[df["response_tokens"] < 1][0]
+        raise ArtifactError(f"{source}: row {i}: field 'response_tokens' must be >= 1")
+    w = df["sel_weight"]
+    if ((w < 0) | (w > 1) | w.isna()).any():
+        i = df.index[(w < 0) | (w > 1) | w.isna()][0]
+        raise ArtifactError(f"{source}: row {i}: field 'sel_weight' must lie in [0, 1], got {w[i]}")
+
+
+def to_arrow(records: pd.DataFrame | Iterable[Mapping[str, Any]]) -> pa.Table:
+    """Rows (a DataFrame or dicts) as an Arrow table in :data:`TRAJECTORY_SCHEMA` column order."""
+    df = records if isinstance(records, pd.DataFrame) else pd.DataFrame(list(records))
+    return pa.Table.from_pandas(df[list(COLUMNS)], schema=TRAJECTORY_SCHEMA, preserve_index=False)
+
+
+class RunWriter:
+    """Writes one run directory in the contract above; safe to reopen for ``--resume``.
+
+    ``config.json`` and each trajectory part are written atomically (temp file +
+    rename), so a run killed mid-write never leaves a half file behind. Metrics are
+    appended line by line; :meth:`truncate_metrics` drops lines past a resumed step
+    so a resumed run's log equals an uninterrupted one.
+    """
+
+    def __init__(self, run_dir: str | Path):
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "trajectories").mkdir(exist_ok=True)
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.run_dir / "metrics.jsonl"
+
+    def write_config(self, config: Mapping[str, Any]) -> Path:
+        payload = {**config, "versions": package_versions()}
+        path = self.run_dir / "config.json"
+        _atomic_write_bytes(path, (json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n").encode())
+        return path
+
+    def log_metrics(self, row: Mapping[str, Any]) -> None:
+        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
+        with self.metrics_path.open("a") as fh:
+            fh.write(json.dumps(clean, sort_keys=True, default=float) + "\n")
+            fh.flush()
+
+    def truncate_metrics(self, after_step: int) -> None:
+        """Keep only metrics lines with ``step <= after_step`` (used when resuming)."""
+        if not self.metrics_path.exists():
+            return
+        kept = [ln for ln in self.metrics_path.read_text().splitlines() if ln and json.loads(ln)["step"] <= after_step]
+        _atomic_write_bytes(self.metrics_path, "".join(ln + "\n" for ln in kept).encode())
+        for part in (self.run_dir / "trajectories").glob("step-*.parquet"):
+            if int(part.stem.split("-")[1]) > after_step:
+                part.unlink()
+
+    def write_trajectories(self, records: pd.DataFrame | Iterable[Mapping[str, Any]], step: int, split: str) -> Path:
+        table = to_arrow(records)
+        validate_trajectories(table.to_pandas(), source=f"{self.run_dir} step {step} {split}")
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink, compression="zstd")
+        path = self.run_dir / "trajectories" / f"step-{step:06d}-{split}.parquet"
+        _atomic_write_bytes(path, sink.getvalue().to_pybytes())
+        return path
+
+
+def read_config(run_dir: str | Path) -> dict[str, Any]:
+    path = Path(run_dir) / "config.json"
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ArtifactError(f"{path}: not found; is {run_dir} a run directory?") from None
+    except json.JSONDecodeError as err:
+        raise ArtifactError(f"{path}: line {err.lineno}: not valid JSON ({err.msg})") from None
+
+
+def read_metrics(run_dir: str | Path) -> pd.DataFrame:
+    """``metrics.jsonl`` as a DataFrame; a corrupt line is an error naming its number."""
+    path = Path(run_dir) / "metrics.jsonl"
+    rows = []
+    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            raise ArtifactError(f"{path}: line {lineno}: not valid JSON ({err.msg})") from None
+    return pd.DataFrame(rows)
+
+
+def read_run(run_dir: str | Path, split: str | None = None) -> pd.DataFrame:
+    """A kit run's trajectory table (all parts, or one split), validated."""
+    parts = sorted((Path(run_dir) / "trajectories").glob("step-*.parquet"))
+    if split is not None:
+        parts = [p for p in parts if p.stem.endswith(f"-{split}")]
+    if not parts:
+        raise ArtifactError(f"{run_dir}: no trajectory parts{f' for split {split!r}' if split else ''} under trajectories/")
+    df = pa.concat_tables([pq.read_table(p, schema=TRAJECTORY_SCHEMA) for p in parts]).to_pandas()
+    for col in _LIST_COLUMNS:
+        df[col] = df[col].map(list)
+    validate_trajectories(df, source=str(run_dir))
+    return df

@@ -1,0 +1,79 @@
+"""Execute the numbered notebooks headless with papermill.
+
+The committed notebooks carry no outputs; executed copies are build products
+written to ``build/notebooks/``. A *profile* (``notebooks/profiles.yaml``) maps
+notebook names to papermill parameters: ``ci`` is the notebooks' own defaults
+(sized for CI), ``full`` the sizes the README's results come from, ``figures``
+only rebuilds figures from committed artifacts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import yaml
+
+from skillgate_lib import paths
+
+NOTEBOOK_DIR = paths.REPO_ROOT / "notebooks"
+PROFILES_FILE = NOTEBOOK_DIR / "profiles.yaml"
+
+
+def notebook_paths() -> list[Path]:
+    """The numbered notebooks in reading order."""
+    return sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
+
+
+def load_profile(name: str, file: Path = PROFILES_FILE) -> dict[str, dict]:
+    """``{notebook stem: parameters}`` for one profile; notebooks absent from it are skipped
+    unless the profile is ``ci``, which runs every notebook with its own defaults."""
+    profiles = yaml.safe_load(file.read_text()) if file.exists() else {}
+    if name == "ci":
+        return {p.stem: {} for p in notebook_paths()}
+    if name not in (profiles or {}):
+        raise ValueError(f"{file}: no profile {name!r}; profiles are: ci, {', '.join(profiles or {})}")
+    entries = profiles[name] or {}
+    known = {p.stem for p in notebook_paths()}
+    for stem in entries:
+        if stem not in known:
+            raise ValueError(f"{file}: profile {name!r} names notebook {stem!r}, which is not in {NOTEBOOK_DIR}")
+    return {stem: dict(entries[stem] or {}) for stem in sorted(entries)}
+
+
+def run_notebook(path: Path, out_dir: Path, parameters: dict | None = None) -> Path:
+    """Execute one notebook with papermill; return the executed copy's path."""
+    import papermill as pm
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out = out_dir / path.name
+    pm.execute_notebook(
+        str(path),
+        str(out),
+        parameters=parameters or {},
+        cwd=str(path.parent),
+        kernel_name="python3",
+        progress_bar=False,
+        log_output=False,
+    )
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m skillgate_lib notebooks", description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", default="ci", help="parameter profile from notebooks/profiles.yaml (default: ci)")
+    parser.add_argument("--out", type=Path, default=paths.BUILD_DIR / "notebooks", help="where executed copies go")
+    parser.add_argument("--only", nargs="*", help="notebook name prefixes to run, e.g. 01 03")
+    args = parser.parse_args(argv)
+    plan = load_profile(args.profile)
+    if args.only:
+        plan = {stem: p for stem, p in plan.items() if any(stem.startswith(o) for o in args.only)}
+        if not plan:
+            parser.error(f"--only {' '.join(args.only)} matches no notebook in profile {args.profile!r}")
+    for stem, params in plan.items():
+        start = time.perf_counter()
+        print(f"[notebooks] {stem} {params or '(defaults)'}", flush=True)
+        run_notebook(NOTEBOOK_DIR / f"{stem}.ipynb", args.out, params)
+        print(f"[notebooks] {stem} done in {time.perf_counter() - start:.1f}s", flush=True)
+    return 0

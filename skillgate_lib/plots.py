@@ -1,0 +1,77 @@
+"""One figure style and one ``savefig`` for every notebook.
+
+Every figure is written as ``figures/<name>.png`` and ``figures/<name>.pdf`` under a
+stable name; pass ``data=`` to also write ``figures/<name>.csv``, the numbers the
+figure was drawn from (tests compare those against a regeneration).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import seaborn as sns
+
+from skillgate_lib import paths
+
+#: Colours by method, shared by all figures so a method looks the same everywhere.
+METHOD_COLORS = {
+    "sft": "#7f7f7f",
+    "outcome": "#d62728",
+    "masked_exec": "#ff7f0e",
+    "shaped": "#9467bd",
+    "selection_bc": "#8c564b",
+    "skillgate": "#1f77b4",
+    "theory": "#2ca02c",
+}
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def set_style() -> None:
+    """Apply the kit's one plotting style (idempotent)."""
+    sns.set_theme(context="notebook", style="whitegrid", palette="colorblind")
+    plt.rcParams.update(
+        {
+            "figure.dpi": 110,
+            "savefig.dpi": 150,
+            "savefig.bbox": "tight",
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+            "legend.frameon": False,
+            "pdf.fonttype": 42,
+        }
+    )
+
+
+def savefig(
+    name: str,
+    fig: plt.Figure | None = None,
+    data: pd.DataFrame | None = None,
+    out_dir: str | Path | None = None,
+) -> dict[str, Path]:
+    """Write ``<name>.png`` and ``<name>.pdf`` (and ``<name>.csv`` if ``data``) to ``figures/``.
+
+    ``name`` is a stable identifier such as ``"fig1_teaser"``; it must not carry a
+    suffix or a directory. Returns the written paths by suffix.
+    """
+    if not _NAME.match(name) or name.endswith((".png", ".pdf", ".csv")):
+        raise ValueError(f"figure name must be a bare identifier like 'fig1_teaser', got {name!r}")
+    fig = fig if fig is not None else plt.gcf()
+    out = Path(out_dir) if out_dir is not None else paths.FIGURES_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for suffix in ("png", "pdf"):
+        path = out / f"{name}.{suffix}"
+        metadata = {"CreationDate": None} if suffix == "pdf" else {"Software": None}
+        fig.savefig(path, metadata=metadata)
+        written[suffix] = path
+    if data is not None:
+        path = out / f"{name}.csv"
+        data.to_csv(path, index=False, float_format="%.6g")
+        written["csv"] = path
+    return written
+
+
+set_style()

@@ -1,0 +1,56 @@
+"""The shared helpers: seeding, savefig, the notebook profiles, the CLI dispatcher."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from skillgate_lib import __main__ as cli
+from skillgate_lib import notebooks
+from skillgate_lib.plots import savefig
+from skillgate_lib.seeding import seed_everything
+
+
+def test_seed_everything_repeats_numbers():
+    a = seed_everything(7).random(5)
+    b = seed_everything(7).random(5)
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, seed_everything(8).random(5))
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "3"])
+def test_seed_everything_rejects_bad_seed(bad):
+    with pytest.raises(ValueError, match="seed"):
+        seed_everything(bad)
+
+
+def test_savefig_writes_png_pdf_and_csv(tmp_path):
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    written = savefig("fig_test", fig, data=pd.DataFrame({"x": [0, 1]}), out_dir=tmp_path)
+    assert sorted(written) == ["csv", "pdf", "png"]
+    assert (tmp_path / "fig_test.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "fig_test.pdf").read_bytes()[:4] == b"%PDF"
+    assert pd.read_csv(tmp_path / "fig_test.csv")["x"].tolist() == [0, 1]
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("bad", ["fig.png", "a/b", "", "../x"])
+def test_savefig_rejects_unstable_names(bad, tmp_path):
+    with pytest.raises(ValueError, match="figure name"):
+        savefig(bad, out_dir=tmp_path)
+
+
+def test_unknown_profile_is_a_clear_error(tmp_path):
+    f = tmp_path / "profiles.yaml"
+    f.write_text("full: {}\n")
+    with pytest.raises(ValueError, match="no profile 'nope'"):
+        notebooks.load_profile("nope", f)
+
+
+def test_cli_rejects_unknown_command(capsys):
+    assert cli.main(["frobnicate"]) == 2
+    assert "unknown command" in capsys.readouterr().err
