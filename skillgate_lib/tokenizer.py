@@ -1,0 +1,60 @@
+"""The word-level tokenizer of the embedded tiny model, and char-span -> token-span bookkeeping.
+
+One token per whitespace-separated word (``WordLevel`` + ``WhitespaceSplit``), so
+every skill name such as ``ledger-credit-amber`` is exactly one token and a text's
+tokens are the concatenation of its whitespace-separated pieces' tokens. No special
+token is added on encode; ``<s>`` / ``</s>`` / ``<pad>`` / ``<unk>`` are registered for
+the model to use. The vocabulary is built from the environment
+(:meth:`skillgate_lib.env.SkillSlateEnv.vocabulary`) and committed under
+``data/tokenizer/``; ``scripts/make_skills.py`` rebuilds it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+from . import paths
+
+SPECIAL_TOKENS = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
+
+
+def build_tokenizer(words: Iterable[str]) -> PreTrainedTokenizerFast:
+    """A word-level tokenizer over the special tokens (ids 0..3) then ``sorted(set(words))``."""
+    specials = list(SPECIAL_TOKENS.values())
+    vocab_words = specials + sorted(set(words) - set(specials))
+    bad = [w for w in vocab_words if not w or any(ch.isspace() for ch in w)]
+    if bad:
+        raise ValueError(f"vocabulary words must be non-empty and contain no whitespace, got {bad[:3]!r}")
+    core = Tokenizer(models.WordLevel({w: i for i, w in enumerate(vocab_words)}, unk_token=SPECIAL_TOKENS["unk_token"]))
+    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=core, model_max_length=1024, **SPECIAL_TOKENS)
+
+
+def load_tokenizer(path: str | Path = paths.DATA_DIR / "tokenizer") -> PreTrainedTokenizerFast:
+    """The committed tokenizer (offline: a local directory written by ``save_pretrained``)."""
+    path = Path(path)
+    if not (path / "tokenizer.json").is_file():
+        raise FileNotFoundError(f"{path}: no tokenizer.json; run `python scripts/make_skills.py` to build it")
+    return PreTrainedTokenizerFast.from_pretrained(str(path))
+
+
+def token_spans(tokenizer, text: str, char_spans: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Map character spans of ``text`` to token index ranges ``[start, end)`` of ``tokenizer(text)``.
+
+    A token belongs to a span when its characters overlap it. Indices count the tokens
+    of ``text`` alone (no special tokens added), so for a response text they are
+    positions in the response token sequence. Raises ``ValueError`` for a span that
+    covers no token.
+    """
+    offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+    out = []
+    for s, e in char_spans:
+        idx = [i for i, (a, b) in enumerate(offsets) if a < e and b > s]
+        if not idx:
+            raise ValueError(f"char span [{s}, {e}) covers no token of the text ({text[s:e]!r})")
+        out.append((idx[0], idx[-1] + 1))
+    return out
