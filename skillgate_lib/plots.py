@@ -75,3 +75,22 @@ def savefig(
 
 
 set_style()
+
+
+def learning_curves(curves: pd.DataFrame, measures=("eval/success", "eval/oracle_read", "eval/misleading_read"),
+                    titles=("held-out success", "oracle-read rate", "misleading-read rate")) -> plt.Figure:
+    """One panel per measure: mean over seeds by step for each method, with the seed range shaded.
+
+    ``curves`` has columns method, seed, step and the measures (see ``train.learning_curves``).
+    """
+    fig, axes = plt.subplots(1, len(measures), figsize=(4.2 * len(measures), 3.4), sharex=True)
+    for ax, measure, title in zip(axes, measures, titles):
+        for method, sub in curves.groupby("method", sort=False):
+            stats = sub.groupby("step")[measure].agg(["mean", "min", "max"])
+            color = METHOD_COLORS.get(method)
+            ax.plot(stats.index, stats["mean"], marker="o", ms=3, label=method, color=color)
+            ax.fill_between(stats.index, stats["min"], stats["max"], alpha=0.15, color=color)
+        ax.set(title=title, xlabel="GRPO step", ylim=(-0.02, 1.02))
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    return fig

@@ -234,6 +234,20 @@ def episode_rows(episodes: list[Episode], step: int, split: str, credit_name: st
     return rows
 
 
+def group_sample(episodes: list[Episode], tokenizer, step: int, group: int) -> dict:
+    """One prompt group token by token, enough to recompute any credit assigner on it."""
+    members = [e for e in episodes if e.group == group]
+    return {
+        "step": step, "group": group, "task_id": members[0].task.task_id, "horizon": members[0].task.horizon,
+        "oracle": members[0].slate.oracle,
+        "tokens": [tokenizer.convert_ids_to_tokens(e.response_ids) for e in members],
+        "policy_mask": [[int(m) for m in e.policy_mask] for e in members],
+        "reads": [[dataclasses.asdict(r) for r in e.read_spans] for e in members],
+        "read_names": [list(e.read_names) for e in members],
+        "rewards": [float(e.outcome.reward) for e in members],
+    }
+
+
 def summarize(episodes: list[Episode], prefix: str = "eval") -> dict[str, float]:
     """Trial success, oracle-read and misleading-read rates, reads per trial; overall, by domain and by horizon."""
     df = pd.DataFrame({
@@ -475,11 +489,12 @@ def train(cfg: TrainConfig, progress: bool = True, resume: bool = False) -> pd.D
             opt.step()
         share = cr.selector_share(inputs)
         rewards = inputs.rewards
-        row = {"step": step + 1, "split": "train", "loss": float(loss), "kl": float(kl), "grad_norm": float(grad_norm),
+        row = {"step": step + 1, "split": "train", "loss": loss.item(), "kl": kl.item(), "grad_norm": grad_norm.item(),
                "reward": float(rewards.mean()), "selector_share": float(share[share > 0].mean()) if (share > 0).any() else 0.0,
                "time/generate_s": t_gen, "time/step_s": time.perf_counter() - t0, **summarize(episodes, "train")}
         writer.log_metrics(row)
         if (step + 1) % cfg.log_train_every == 0:
+            writer.log_sample(group_sample(episodes, tokenizer, step + 1, group=0))
             writer.write_trajectories(episode_rows(episodes, step + 1, "train", cfg.credit, cr, share), step=step + 1,
                                       split="train")
         if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
@@ -615,3 +630,16 @@ def compare_main(argv: list[str] | None = None) -> int:
 
 
 main = train_main
+
+
+def learning_curves(out_dir: str | Path) -> pd.DataFrame:
+    """Held-out evaluation by step for every run under ``out_dir``: columns method, seed, step, eval/*."""
+    frames = []
+    for run in sorted(p for p in Path(out_dir).iterdir() if (p / "metrics.jsonl").exists()):
+        config = logs.read_config(run)
+        ev = logs.read_metrics(run).query("split == 'eval'")
+        frames.append(ev.assign(method=config["credit"], seed=config["seed"]))
+    if not frames:
+        raise FileNotFoundError(f"{out_dir}: no run directories (with metrics.jsonl) inside")
+    cols = ["method", "seed", "step"] + sorted(c for c in frames[0].columns if c.startswith("eval/") and c.count("/") == 1)
+    return pd.concat(frames, ignore_index=True)[cols]
