@@ -390,7 +390,9 @@ def _text_rows(records: list[dict], where_of: list[str], step_of: list[int], pro
 
 # ---------------------------------------------------------------------------- TRL
 
-_TRL_META = {"step", "prompt", "completion", "advantage", "task_id", "horizon", "domain", "success", "split", "image"}
+# Columns that are never rewards: TRL's own, and those SkillGateGRPOTrainer adds (the kit schema).
+_TRL_META = {"step", "prompt", "completion", "advantage", "task_id", "horizon", "domain", "success", "split", "image",
+             "response_tokens", "adv_exec", "sel_weight", "rollout"}
 
 
 def trl_files(path: Path) -> list[Path]:

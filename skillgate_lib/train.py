@@ -23,7 +23,7 @@ import json
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -403,6 +403,64 @@ def _save_checkpoint(run_dir: Path, model, opt, step: int) -> None:
     os.replace(tmp, _checkpoint_path(run_dir))
 
 
+def step_items(env: SkillSlateEnv, cfg: TrainConfig, step: int) -> list[tuple]:
+    """The ``(task, slate, group)`` rollout items of GRPO step ``step``: G copies of each prompt."""
+    tasks = env.sample_tasks(cfg.prompts_per_step, split="train", seed=_stream_seed(cfg.seed, step, 2))
+    items = []
+    for g, task in enumerate(tasks):
+        slate = env.slate(task, seed=_stream_seed(cfg.seed, step, 3, g))
+        items += [(task, slate, g)] * cfg.group_size
+    return items
+
+
+def grpo_step(model, tokenizer, env: SkillSlateEnv, opt, params, cfg: TrainConfig, ccfg: credit_lib.CreditConfig,
+              step: int):
+    """One GRPO step: roll out, assign credit, clipped policy-gradient update(s).
+
+    Returns ``(episodes, credit, selector share (B,), metrics row)``. Every draw comes from
+    generators seeded with ``(cfg.seed, step)``.
+    """
+    t0 = time.perf_counter()
+    gen = torch.Generator().manual_seed(_stream_seed(cfg.seed, step, 4))
+    episodes = generate(model, tokenizer, env, step_items(env, cfg, step), cfg.max_new_tokens, cfg.temperature, gen,
+                        score_rng=np.random.default_rng(_stream_seed(cfg.seed, step, 5)))
+    t_gen = time.perf_counter() - t0
+    batch = _pack(episodes, tokenizer.pad_token_id)
+    inputs = _credit_inputs(episodes, batch)
+    cr = credit_lib.assign(cfg.credit, inputs, ccfg)
+    adv = cr.advantages.float()
+    w = cr.weights.float()
+    mask = batch["response_mask"]
+    model.train()
+    old_logp = None
+    if cfg.kl_coef > 0:
+        with torch.no_grad(), model.disable_adapter():
+            ref_logp = _response_logprobs(model, batch)
+    for _ in range(cfg.ppo_epochs):
+        logp = _response_logprobs(model, batch)
+        if old_logp is None:
+            old_logp = logp.detach()
+        ratio = torch.exp(logp - old_logp)
+        surrogate = torch.minimum(ratio * adv, ratio.clamp(1 - cfg.clip_eps, 1 + cfg.clip_eps) * adv)
+        loss = -(w * surrogate).sum()
+        kl = torch.zeros(())
+        if cfg.kl_coef > 0:
+            d = ref_logp - logp
+            kl = ((torch.exp(d) - d - 1) * mask).sum() / mask.sum()
+            loss = loss + cfg.kl_coef * kl
+        if cr.bc_coef > 0:
+            loss = loss + cr.bc_coef * _bc_loss(model, tokenizer, env, episodes)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+    share = cr.selector_share(inputs)
+    row = {"step": step + 1, "split": "train", "loss": loss.item(), "kl": kl.item(), "grad_norm": grad_norm.item(),
+           "reward": float(inputs.rewards.mean()), "selector_share": float(share[share > 0].mean()) if (share > 0).any() else 0.0,
+           "time/generate_s": t_gen, "time/step_s": time.perf_counter() - t0, **summarize(episodes, "train")}
+    return episodes, cr, share, row
+
+
 def train(cfg: TrainConfig, progress: bool = True, resume: bool = False) -> pd.DataFrame:
     """Run LoRA GRPO; returns the metrics table (also in ``run_dir/metrics.jsonl``).
 
@@ -448,50 +506,7 @@ def train(cfg: TrainConfig, progress: bool = True, resume: bool = False) -> pd.D
     bar = tqdm(range(start, cfg.steps), desc=f"{cfg.credit} seed {cfg.seed}", disable=not progress,
                initial=start, total=cfg.steps)
     for step in bar:
-        t0 = time.perf_counter()
-        tasks = env.sample_tasks(cfg.prompts_per_step, split="train", seed=_stream_seed(cfg.seed, step, 2))
-        items = []
-        for g, task in enumerate(tasks):
-            slate = env.slate(task, seed=_stream_seed(cfg.seed, step, 3, g))
-            items += [(task, slate, g)] * cfg.group_size
-        gen = torch.Generator().manual_seed(_stream_seed(cfg.seed, step, 4))
-        episodes = generate(model, tokenizer, env, items, cfg.max_new_tokens, cfg.temperature, gen,
-                            score_rng=np.random.default_rng(_stream_seed(cfg.seed, step, 5)))
-        t_gen = time.perf_counter() - t0
-        batch = _pack(episodes, tokenizer.pad_token_id)
-        inputs = _credit_inputs(episodes, batch)
-        cr = credit_lib.assign(cfg.credit, inputs, ccfg)
-        adv = cr.advantages.float()
-        w = cr.weights.float()
-        model.train()
-        old_logp = None
-        if cfg.kl_coef > 0:
-            with torch.no_grad(), model.disable_adapter():
-                ref_logp = _response_logprobs(model, batch)
-        for _ in range(cfg.ppo_epochs):
-            logp = _response_logprobs(model, batch)
-            if old_logp is None:
-                old_logp = logp.detach()
-            ratio = torch.exp(logp - old_logp)
-            surrogate = torch.minimum(ratio * adv, ratio.clamp(1 - cfg.clip_eps, 1 + cfg.clip_eps) * adv)
-            loss = -(w * surrogate).sum()
-            mask = batch["response_mask"]
-            kl = torch.zeros(())
-            if cfg.kl_coef > 0:
-                d = ref_logp - logp
-                kl = ((torch.exp(d) - d - 1) * mask).sum() / mask.sum()
-                loss = loss + cfg.kl_coef * kl
-            if cr.bc_coef > 0:
-                loss = loss + cr.bc_coef * _bc_loss(model, tokenizer, env, episodes)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
-            opt.step()
-        share = cr.selector_share(inputs)
-        rewards = inputs.rewards
-        row = {"step": step + 1, "split": "train", "loss": loss.item(), "kl": kl.item(), "grad_norm": grad_norm.item(),
-               "reward": float(rewards.mean()), "selector_share": float(share[share > 0].mean()) if (share > 0).any() else 0.0,
-               "time/generate_s": t_gen, "time/step_s": time.perf_counter() - t0, **summarize(episodes, "train")}
+        episodes, cr, share, row = grpo_step(model, tokenizer, env, opt, params, cfg, ccfg, step)
         writer.log_metrics(row)
         if (step + 1) % cfg.log_train_every == 0:
             writer.log_sample(group_sample(episodes, tokenizer, step + 1, group=0))
@@ -616,12 +631,16 @@ def compare_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--out-dir", type=Path, default=paths.BUILD_DIR / "runs" / "compare")
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=TrainConfig.steps)
-    parser.add_argument("--lr", type=float, default=TrainConfig.lr)
+    shared = ("steps", "lr", "prompts_per_step", "eval_tasks", "eval_every", "log_train_every", "model")
+    for name in shared:
+        default = getattr(TrainConfig, name)
+        parser.add_argument("--" + name.replace("_", "-"), type=type(default), default=default,
+                            help=f"the same for every run (default: {default})")
     parser.add_argument("--resume", action="store_true")
     args = parser.parse_args(argv)
     start = time.perf_counter()
-    table = compare(args.methods, args.seeds, args.out_dir, args.workers, args.resume, steps=args.steps, lr=args.lr)
+    table = compare(args.methods, args.seeds, args.out_dir, args.workers, args.resume,
+                    **{name: getattr(args, name) for name in shared})
     cols = ["eval/success", "eval/oracle_read", "eval/misleading_read", "eval/reads"]
     summary = table.groupby("method")[cols].agg(["mean", "std"])
     print(summary.round(3).to_string())

