@@ -376,14 +376,13 @@ def _bc_loss(model, tokenizer, env: SkillSlateEnv, episodes: list[Episode]) -> t
         if e.group in seen:
             continue
         seen.add(e.group)
-        demo = _demo_episode(env, tokenizer, e.task, e.slate, [e.slate.oracle])
         text = env.demonstration(e.task, e.slate, [e.slate.oracle])
         read = env.score(e.task, e.slate, text).reads[0]
-        n_prefix = len(tokenizer(text[: read.char_end], add_special_tokens=False)["input_ids"])
+        prefix = tokenizer(text[: read.char_end], add_special_tokens=False)["input_ids"]
         n_name = len(tokenizer(text[read.char_start: read.char_end], add_special_tokens=False)["input_ids"])
-        demo.response_ids = demo.response_ids[:n_prefix]
-        demo.policy_mask = [False] * (n_prefix - n_name) + [True] * n_name
-        teachers.append(demo)
+        teacher = Episode(e.task, e.slate, e.group, e.prompt_ids, response_ids=list(prefix),
+                          policy_mask=[False] * (len(prefix) - n_name) + [True] * n_name)
+        teachers.append(teacher)
     batch = _pack(teachers, tokenizer.pad_token_id)
     logp = _response_logprobs(model, batch)
     mask = batch["response_mask"]
