@@ -541,7 +541,7 @@ def compare(methods=METHODS, seeds=(0, 1, 2), out_dir: str | Path = paths.BUILD_
     import multiprocessing as mp
 
     out_dir = Path(out_dir)
-    configs = [TrainConfig(credit=m, seed=s, run_dir=str(out_dir / f"{m}-seed{s}"), threads=max(1, 2 // workers),
+    configs = [TrainConfig(credit=m, seed=s, run_dir=str(out_dir / f"{m}-seed{s}"), threads=max(1, (os.cpu_count() or 2) // workers),
                            **overrides) for m in methods for s in seeds]
     with cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
         futures = {pool.submit(_train_quietly, c, resume): c for c in configs}
