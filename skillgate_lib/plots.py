@@ -23,6 +23,8 @@ METHOD_COLORS = {
     "masked_exec": "#ff7f0e",
     "shaped": "#9467bd",
     "selection_bc": "#8c564b",
+    "skill_free": "#bcbd22",
+    "utility": "#e377c2",
     "skillgate": "#1f77b4",
     "theory": "#2ca02c",
 }

@@ -26,3 +26,12 @@ def seed_everything(seed: int) -> np.random.Generator:
         torch.manual_seed(seed)
         torch.use_deterministic_algorithms(True, warn_only=True)
     return np.random.default_rng(seed)
+
+
+def stream_seed(*parts: int) -> int:
+    """A 63-bit seed for the random stream identified by ``parts`` (e.g. (seed, step, purpose)).
+
+    Every draw of training step ``s`` comes from streams seeded with ``(seed, s, ...)``, so
+    a run resumed at step ``s`` draws exactly what the uninterrupted run drew.
+    """
+    return int(np.random.SeedSequence(list(parts)).generate_state(1, dtype=np.uint64)[0] >> 1)

@@ -83,11 +83,11 @@ def test_committed_library_shape(library):
     assert set(per_domain) == set(DOMAINS) and min(per_domain.values()) >= 30
     for s in library.values():
         assert s.path == paths.DATA_DIR / "skills" / s.domain / s.name / "SKILL.md"
-        assert s.name == f"{s.domain}-{s.family}-{s.variant}" and s.description.endswith(f"mark {s.variant}")
-    # a family's look-alikes differ from each other only in the mark word and the parameter
+        assert s.name == f"{s.domain}-{s.family}-{s.variant}" and s.variant not in s.description
+    # a family's look-alikes share their description and differ in the name's variant word and the table
     fam = [s for s in library.values() if (s.domain, s.family) == ("grid", "march")]
-    assert len(fam) == 6 and len({s.description.rsplit(" ", 1)[0] for s in fam}) == 1
-    assert len({s.body.split()[3] for s in fam}) == 6 and len({" ".join(s.body.split()[4:]).replace(s.body.split()[3], "p") for s in fam}) == 1
+    assert len(fam) == 6 and len({s.description for s in fam}) == 1 and len({s.body for s in fam}) == 6
+    assert all(len(s.body.split()) == len(DOMAINS["grid"].symbols) for s in fam)
 
 
 def test_committed_files_match_the_generator(tmp_path, library):
@@ -100,16 +100,16 @@ def test_committed_files_match_the_generator(tmp_path, library):
     assert load_tokenizer().get_vocab() == build_tokenizer(SkillSlateEnv(library).vocabulary()).get_vocab()
 
 
-def test_tokenizer_names_are_one_token_and_spans_decode(library):
+def test_tokenizer_names_are_three_tokens_and_spans_decode(library):
     tok = load_tokenizer()
     assert (tok.pad_token, tok.bos_token, tok.eos_token, tok.unk_token) == ("<pad>", "<s>", "</s>", "<unk>")
-    for name in library:
-        assert tok(name, add_special_tokens=False)["input_ids"] != [tok.unk_token_id]
-        assert len(tok(name, add_special_tokens=False)["input_ids"]) == 1
-    text = "<read> ledger-credit-amber </read> step 1"
+    for s in library.values():
+        ids = tok(s.name.replace("-", " ") + " " + s.body, add_special_tokens=False)["input_ids"]
+        assert tok.unk_token_id not in ids and len(ids) == 3 + len(s.body.split())  # one token per word and per entry
+    text = "<read> ledger credit amber </read> step 1"
     s = text.index("ledger")
-    (a, b), = token_spans(tok, text, [(s, s + len("ledger-credit-amber"))])
-    assert (a, b) == (1, 2) and tok.decode(tok(text, add_special_tokens=False)["input_ids"][a:b]) == "ledger-credit-amber"
+    (a, b), = token_spans(tok, text, [(s, s + len("ledger credit amber"))])
+    assert (a, b) == (1, 4) and tok.decode(tok(text, add_special_tokens=False)["input_ids"][a:b]) == "ledger credit amber"
     with pytest.raises(ValueError, match="covers no token"):
         token_spans(tok, text, [(6, 7)])
 
@@ -134,8 +134,8 @@ def test_slate_composition_and_cue(library):
             assert {"misleading": (s.domain, s.family) == (o.domain, o.family),
                     "relevant": s.domain == o.domain and s.family != o.family,
                     "irrelevant": s.domain != o.domain, "oracle": s is o}[c.category]
-        # the cue occurs on exactly one slate line: the oracle's
-        assert [c.name for c in sl.candidates if f"mark {o.variant}" in c.description] == [name] == [sl.oracle]
+        # the cue (the variant word) names exactly one slate candidate: the oracle
+        assert [c.name for c in sl.candidates if c.name.endswith("-" + o.variant)] == [name] == [sl.oracle]
     assert sl.category("not-there") is None
 
 

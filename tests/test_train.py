@@ -9,13 +9,15 @@ import pytest
 import torch
 
 from skillgate_lib import logs, train
+from skillgate_lib.models import load_policy
+from skillgate_lib.warmstart import WarmStartConfig, warmstart
 
 
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory):
     """A tiny model after two SFT steps: enough to exercise the code path, not to be good."""
     out = tmp_path_factory.mktemp("model")
-    train.warmstart(train.WarmStartConfig(steps=2, batch_size=4, out=str(out), threads=1), progress=False)
+    warmstart(WarmStartConfig(steps=2, batch_size=4, out=str(out), threads=1), progress=False)
     return out
 
 
@@ -35,6 +37,7 @@ def test_grpo_logs_finite_loss_moves_lora_and_freezes_base(tiny_model_dir, tmp_p
     base = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)["adapter"]
     assert (steps["grad_norm"] > 0).any()
     assert any(k.endswith("lora_B.weight") and v.abs().sum() > 0 for k, v in base.items()), "LoRA B never moved"
+    assert (tmp_path / "run" / "adapter" / "adapter_config.json").exists()
     table = logs.read_run(tmp_path / "run")
     assert set(table["split"]) == {"train", "eval"} and (table["credit"] == "skillgate").all()
     config = json.loads((tmp_path / "run" / "config.json").read_text())
@@ -46,7 +49,7 @@ def test_grpo_step_moves_lora_and_leaves_base_bit_identical(tmp_path):
     from skillgate_lib.env import SkillSlateEnv
 
     cfg = _cfg("tiny", tmp_path, credit="skillgate", prompts_per_step=4, group_size=8, max_new_tokens=160)
-    base, tokenizer = train.load_policy("tiny")
+    base, tokenizer = load_policy("tiny")
     model = train._lora(base, cfg)
     params = [p for p in model.parameters() if p.requires_grad]
     assert params and all("lora_" in n for n, p in model.named_parameters() if p.requires_grad)
@@ -87,10 +90,26 @@ def test_existing_run_is_not_overwritten(tiny_model_dir, tmp_path):
     assert (tmp_path / "r" / "metrics.jsonl").read_text() == before
 
 
-@pytest.mark.parametrize("credit", ["masked_exec", "shaped", "selection_bc"])
+def test_resume_with_other_settings_names_the_fields(tiny_model_dir, tmp_path):
+    train.train(_cfg(tiny_model_dir, tmp_path / "r", steps=1, eval_every=1), progress=False)
+    with pytest.raises(ValueError, match=r"config.json.*lr: 0.01 in the run, 0.5 now.*seed: 0 in the run, 3 now"):
+        train.train(_cfg(tiny_model_dir, tmp_path / "r", steps=2, eval_every=1, lr=0.5, seed=3), progress=False,
+                    resume=True)
+
+
+@pytest.mark.parametrize("credit", ["masked_exec", "shaped", "selection_bc", "utility", "outcome"])
 def test_every_assigner_trains(tiny_model_dir, tmp_path, credit):
     metrics = train.train(_cfg(tiny_model_dir, tmp_path / credit, credit=credit, steps=1, eval_every=1), progress=False)
     assert metrics.query("split == 'train'")["loss"].notna().all()
+
+
+def test_skill_free_run_shows_no_slate(tiny_model_dir, tmp_path):
+    cfg = _cfg(tiny_model_dir, tmp_path / "free", credit="outcome", skill_free=True, steps=1, eval_every=1)
+    env = train.make_env(cfg)
+    task, slate, _ = train.step_items(env, cfg, 0)[0]
+    assert env.prompt(task, slate) == task.text + "\nrespond :"
+    metrics = train.train(cfg, progress=False)
+    assert (metrics.query("split == 'eval'")["eval/oracle_read"] == 0).all()
 
 
 def test_bad_config_names_the_field():

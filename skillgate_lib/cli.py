@@ -1,0 +1,40 @@
+"""Dataclass configs as command lines: every field a ``--flag`` whose help is the field's docstring."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import inspect
+
+
+def field_docs(cls) -> dict[str, str]:
+    """Attribute docstrings of a dataclass (the string literal under each field)."""
+    tree = ast.parse(inspect.getsource(cls))
+    body = tree.body[0].body
+    docs = {}
+    for node, nxt in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
+            docs[node.target.id] = " ".join(str(nxt.value.value).split())
+    return docs
+
+
+def add_fields(parser: argparse.ArgumentParser, cls) -> None:
+    """One ``--kebab-case`` option per field of ``cls``, typed and defaulted like the field."""
+    docs = field_docs(cls)
+    for f in dataclasses.fields(cls):
+        flag = "--" + f.name.replace("_", "-")
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        helptext = f"{docs.get(f.name, '')} (default: {default})"
+        if isinstance(default, bool):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=helptext)
+        elif isinstance(default, tuple):
+            kind = type(default[0]) if default else str
+            parser.add_argument(flag, nargs="+", type=kind, default=default, help=helptext)
+        else:
+            parser.add_argument(flag, type=type(default), default=default, help=helptext)
+
+
+def from_args(cls, args: argparse.Namespace):
+    """An instance of ``cls`` from parsed arguments (lists become tuples)."""
+    return cls(**{f.name: (tuple(v) if isinstance(v := getattr(args, f.name), list) else v) for f in dataclasses.fields(cls)})

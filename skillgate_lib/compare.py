@@ -1,0 +1,184 @@
+"""The comparison driver: every method x seed with the same budget, in worker processes.
+
+A *method* is a credit assigner from :data:`skillgate_lib.credit.ASSIGNERS`, or
+``skill_free`` (outcome-only GRPO with no slate in the prompt and reads disabled:
+what RL does without skills). ``sft`` rows are each run's step-0 evaluation, which
+is the warm start itself since LoRA starts at zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import json
+import multiprocessing as mp
+import os
+import time
+from pathlib import Path
+
+import pandas as pd
+from tqdm.auto import tqdm
+
+from . import credit as credit_lib
+from . import logs, paths
+from .train import TrainConfig, train
+
+#: The methods of the full comparison, in the paper's table order.
+METHODS = ("selection_bc", "skill_free", "outcome", "utility", "skillgate", "masked_exec", "shaped")
+
+
+def method_config(method: str, seed: int, run_dir: str | Path, **overrides) -> TrainConfig:
+    """The :class:`TrainConfig` of one ``method`` (assigner name or ``skill_free``) and seed."""
+    if method == "skill_free":
+        return TrainConfig(credit="outcome", skill_free=True, seed=seed, run_dir=str(run_dir), **overrides)
+    if method not in credit_lib.ASSIGNERS:
+        raise ValueError(f"unknown method {method!r}; choose skill_free or one of {', '.join(credit_lib.ASSIGNERS)}")
+    return TrainConfig(credit=method, seed=seed, run_dir=str(run_dir), **overrides)
+
+
+def method_of(config: dict) -> str:
+    """The method name of a run from its ``config.json``."""
+    return "skill_free" if config.get("skill_free") else config["credit"]
+
+
+def run_name(method: str, seed: int, lr: float | None = None) -> str:
+    return f"{method}-seed{seed}" if lr is None else f"{method}-lr{lr:g}-seed{seed}"
+
+
+def _run_all(configs: list[TrainConfig], workers: int, resume: bool, progress: bool, desc: str) -> None:
+    """Train ``configs`` in ``workers`` spawned processes; a finished run (final adapter saved) is skipped."""
+    todo = [c for c in configs if not (Path(c.run_dir) / "adapter" / "adapter_config.json").exists()]
+    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
+        futures = {pool.submit(_train_quietly, c, resume or (Path(c.run_dir) / "metrics.jsonl").exists()): c
+                   for c in todo}
+        for fut in tqdm(cf.as_completed(futures), total=len(futures), desc=desc, disable=not progress):
+            fut.result()
+
+
+def compare(methods=METHODS, seeds=(0, 1, 2), out_dir: str | Path = paths.BUILD_DIR / "runs" / "compare",
+            workers: int = 2, resume: bool = False, progress: bool = True, lrs: tuple[float, ...] = (),
+            **overrides) -> pd.DataFrame:
+    """Every method x seed with the same budget and settings; runs in ``workers`` processes.
+
+    Without ``lrs`` each run writes ``out_dir/<method>-seed<seed>/`` at the configured lr.
+    With ``lrs``, every method gets the same search: one run per lr on the first seed,
+    the lr with the best final held-out success is kept (ties: the smaller lr), then the
+    other seeds run at it; runs are ``out_dir/<method>-lr<lr>-seed<seed>/`` and the choice
+    is written to ``out_dir/lr_selection.json``. An interrupted comparison resumes: finished
+    runs are skipped, unfinished ones continue from their checkpoints. The machine's cores
+    are split among the workers. Returns :func:`final_metrics` of the selected runs.
+    """
+    out_dir = Path(out_dir)
+    threads = max(1, (os.cpu_count() or 2) // workers)
+    if not lrs:
+        configs = [method_config(m, s, out_dir / run_name(m, s), threads=threads, **overrides) for m in methods for s in seeds]
+        _run_all(configs, workers, resume, progress, "comparison runs")
+        return final_metrics(out_dir)
+    overrides.pop("lr", None)
+    first, rest = seeds[0], seeds[1:]
+    search = [method_config(m, first, out_dir / run_name(m, first, lr), threads=threads, lr=lr, **overrides)
+              for m in methods for lr in lrs]
+    _run_all(search, workers, resume, progress, f"lr search (seed {first})")
+    chosen = select_lrs(out_dir, methods, lrs, first)
+    (out_dir / "lr_selection.json").write_text(json.dumps(chosen, indent=1) + "\n")
+    configs = [method_config(m, s, out_dir / run_name(m, s, chosen[m]["lr"]), threads=threads, lr=chosen[m]["lr"],
+                             **overrides) for m in methods for s in rest]
+    _run_all(configs, workers, resume, progress, "seeds")
+    return final_metrics(out_dir, selected_only=True)
+
+
+def select_lrs(out_dir: str | Path, methods, lrs, seed: int) -> dict[str, dict]:
+    """Per method, the lr whose seed-``seed`` run has the best final held-out success."""
+    chosen = {}
+    for m in methods:
+        scores = {}
+        for lr in lrs:
+            ev = logs.read_metrics(Path(out_dir) / run_name(m, seed, lr)).query("split == 'eval'").sort_values("step")
+            scores[lr] = float(ev["eval/success"].iloc[-1])
+        best = max(sorted(scores), key=lambda lr: scores[lr])
+        chosen[m] = {"lr": best, "success_by_lr": {f"{lr:g}": v for lr, v in scores.items()}}
+    return chosen
+
+
+def _train_quietly(cfg: TrainConfig, resume: bool) -> None:
+    train(cfg, progress=False, resume=resume)
+
+
+def _runs(out_dir: str | Path) -> list[Path]:
+    runs = sorted(p for p in Path(out_dir).iterdir() if (p / "metrics.jsonl").exists())
+    if not runs:
+        raise FileNotFoundError(f"{out_dir}: no run directories (with metrics.jsonl) inside")
+    return runs
+
+
+def selected_runs(out_dir: str | Path) -> list[Path]:
+    """The runs of ``out_dir`` at each method's selected lr (every run when there was no search)."""
+    sel = Path(out_dir) / "lr_selection.json"
+    runs = _runs(out_dir)
+    if not sel.exists():
+        return runs
+    chosen = json.loads(sel.read_text())
+    keep = []
+    for run in runs:
+        config = logs.read_config(run)
+        m = method_of(config)
+        if m in chosen and float(config["lr"]) == float(chosen[m]["lr"]):
+            keep.append(run)
+    return keep
+
+
+def final_metrics(out_dir: str | Path, selected_only: bool = True) -> pd.DataFrame:
+    """One row per run under ``out_dir``: the first (``sft``) and last evaluation of each.
+
+    ``selected_only``: only the runs at each method's selected lr (see :func:`compare`).
+    """
+    rows = []
+    for run in (selected_runs(out_dir) if selected_only else _runs(out_dir)):
+        config = logs.read_config(run)
+        ev = logs.read_metrics(run).query("split == 'eval'").sort_values("step")
+        for method, rec in (("sft", ev.iloc[0]), (method_of(config), ev.iloc[-1])):
+            rows.append({"method": method, "seed": config["seed"], "step": int(rec["step"]), "run": run.name,
+                         **{k: rec[k] for k in ev.columns if k.startswith("eval/")}})
+    return pd.DataFrame(rows)
+
+
+def learning_curves(out_dir: str | Path, selected_only: bool = True) -> pd.DataFrame:
+    """Held-out evaluation by step for every (selected) run under ``out_dir``: columns method, seed, step, eval/*."""
+    frames = []
+    for run in (selected_runs(out_dir) if selected_only else _runs(out_dir)):
+        config = logs.read_config(run)
+        ev = logs.read_metrics(run).query("split == 'eval'")
+        frames.append(ev.assign(method=method_of(config), seed=config["seed"]))
+    cols = ["method", "seed", "step"] + sorted(c for c in frames[0].columns if c.startswith("eval/") and c.count("/") == 1)
+    return pd.concat(frames, ignore_index=True)[cols]
+
+
+def compare_main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m skillgate_lib compare", description=compare.__doc__.splitlines()[0])
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=["skill_free", *credit_lib.ASSIGNERS])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--out-dir", type=Path, default=paths.BUILD_DIR / "runs" / "compare")
+    parser.add_argument("--workers", type=int, default=2)
+    shared = ("steps", "lr", "prompts_per_step", "group_size", "eval_tasks", "eval_every", "log_train_every", "model",
+              "step_failure", "kl_coef")
+    for name in shared:
+        default = getattr(TrainConfig, name)
+        parser.add_argument("--" + name.replace("_", "-"), type=type(default), default=default,
+                            help=f"the same for every run (default: {default})")
+    parser.add_argument("--lrs", nargs="+", type=float, default=[],
+                        help="learning-rate search: each value on the first seed, best held-out success kept")
+    parser.add_argument("--domains", nargs="+", default=[], help="training domains (default: all)")
+    parser.add_argument("--eval-domains", nargs="+", default=[], help="evaluation domains (default: all)")
+    parser.add_argument("--resume", action="store_true")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    table = compare(args.methods, args.seeds, args.out_dir, args.workers, args.resume, lrs=tuple(args.lrs),
+                    domains=tuple(args.domains), eval_domains=tuple(args.eval_domains),
+                    **{name: getattr(args, name) for name in shared})
+    cols = ["eval/success", "eval/oracle_read", "eval/misleading_read", "eval/reads"]
+    print(table.groupby("method")[cols].agg(["mean", "std"]).round(3).to_string())
+    print(f"wall time {time.perf_counter() - start:.0f}s")
+    return 0
+
+
+main = compare_main

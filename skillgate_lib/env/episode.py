@@ -1,0 +1,422 @@
+"""Tasks, prompts, the read protocol and the verifier of the skill-slate environment.
+
+Example episode (ledger, H = 3; the policy reads the oracle; slate shortened)::
+
+    skills :
+    cipher shift coral : shift letters
+    ledger credit amber : credit total
+    ledger credit teal : credit total
+    ledger debit ruby : debit total
+    ...                                          (16 lines)
+    task : ledger credit , mark amber , start 4 , steps 3
+    respond :
+    <read> ledger credit amber </read> <body> 0>3 1>9 2>0 3>5 4>8 5>1 6>2 7>6 8>4 9>7 </body>
+    step 1 : 4 8
+    step 2 : 8 4
+    step 3 : 4 8
+    <answer> 8 </answer>
+
+The prompt ends at ``respond :``. After ``</read>`` the environment inserts
+`` <body> ... </body>`` (no loss on it); everything else is the policy's. A skill
+is named by its name's words (``ledger credit amber`` for ``ledger-credit-amber``),
+so the cue ``mark amber`` can be *copied* into the read call.
+
+Protocol
+--------
+* The policy may write ``<read> WORDS </read>`` several times; the environment
+  appends the body of the skill ``"-".join(WORDS)`` when it is on the slate, or
+  `` <error> ... </error>`` for an off-slate name, an empty read, or a read past
+  ``max_reads`` (which also ends the read phase).
+* Then H step lines and ``<answer> SYMBOL </answer>``. Execution follows the *last*
+  body read (demonstrations do so, and the verifier only accepts the oracle's chain).
+* Success = a well-formed response, no off-slate read, every step line and the
+  answer right, and no injected per-step failure (probability ``step_failure``
+  each, drawn from ``rng``).
+
+Character and token bookkeeping: :class:`Read` records the character span of each
+skill name; :func:`skillgate_lib.tokenizer.token_spans` maps it to token ranges.
+Every structural piece is separated by whitespace, so tokenizing pieces one by
+one (as a rollout inserting tool text does) gives the same tokens as tokenizing
+the whole response with the word-level tokenizer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from ..skills import Skill, Slate, load_library, make_slate
+from .domains import DOMAINS, VARIANTS, Table, family_tables, parse_table, run_chain
+from .library import split_of
+
+READ_OPEN, READ_CLOSE = "<read>", "</read>"
+BODY_OPEN, BODY_CLOSE = "<body>", "</body>"
+ERROR_OPEN, ERROR_CLOSE = "<error>", "</error>"
+ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
+ERR_UNKNOWN, ERR_LIMIT, ERR_BAD = "unknown skill", "read limit", "bad read"
+PROMPT_END = "respond :"
+SLATE_HEADER = "skills :"
+#: Largest horizon a task may have (the tokenizer knows step numbers up to here).
+MAX_HORIZON = 16
+_TRAILING_OK = {"</s>", "<pad>"}
+
+
+class EpisodeError(ValueError):
+    """An episode is inconsistent (its oracle is not on the slate, an unknown domain or split)."""
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task instance. ``task_id`` is its content, so equal ids mean equal instances."""
+
+    task_id: str
+    domain: str
+    horizon: int
+    oracle: str  # the oracle skill's name
+    family: str
+    variant: str
+    start: str  # the start symbol of the chain
+    text: str  # the task statement shown in the prompt
+    gold_steps: tuple[str, ...]  # the H correct step lines
+    gold_answer: str  # the correct answer symbol
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return (self.start,)
+
+
+@dataclass(frozen=True)
+class Read:
+    """One read action: the name written (hyphen-joined words), its slate category and char span."""
+
+    name: str
+    category: str  # oracle | misleading | relevant | irrelevant | invalid
+    char_start: int
+    char_end: int
+    served: bool = True  # False when the environment answered with an error instead of the body
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The verifier's verdict on one response.
+
+    ``steps_correct``: leading step lines equal to the gold lines. ``steps_ok``: step lines
+    (of the first H) that are a right lookup in the oracle's table *given the line's own
+    input*, whose input continues the chain (the start, then the previous line's output):
+    per-step accuracy that does not punish every later step for one early slip.
+    """
+
+    reward: float
+    success: bool
+    reads: tuple[Read, ...]
+    answer: str | None
+    malformed: bool
+    tool_spans: tuple[tuple[int, int], ...]  # char spans of environment-inserted text in the response
+    steps_correct: int = 0
+    steps_ok: int = 0
+
+    @property
+    def last_served(self) -> Read | None:
+        """The last read whose body was inserted (what execution follows), if any."""
+        served = [r for r in self.reads if r.served]
+        return served[-1] if served else None
+
+
+def display_name(name: str) -> str:
+    """How prompts and read calls write a skill name: its hyphen-separated words."""
+    return name.replace("-", " ")
+
+
+def _words(text: str) -> list[tuple[str, int, int]]:
+    return [(m.group(), m.start(), m.end()) for m in re.finditer(r"\S+", text)]
+
+
+def rng_for(*parts: object) -> np.random.Generator:
+    """A generator seeded by the content of ``parts`` (stable across runs and platforms)."""
+    digest = hashlib.sha256("|".join(map(str, parts)).encode()).digest()
+    return np.random.default_rng(int.from_bytes(digest[:8], "little"))
+
+
+def _split_steps(toks: Sequence[str]) -> list[list[str]]:
+    lines: list[list[str]] = []
+    for t in toks:
+        if t == "step" or not lines:
+            lines.append([])
+        lines[-1].append(t)
+    return lines
+
+
+class SkillSlateEnv:
+    """Tasks, slates, prompts, tool responses and the verifier over a skill library.
+
+    ``library``: name -> Skill (default: the committed ``data/skills``).
+    ``slate_sizes``: (oracle, misleading, relevant, irrelevant) counts per slate.
+    ``max_reads``: reads served; the next read gets an error text and ends the read phase.
+    ``max_response_chars``: longer responses score 0 (malformed).
+    ``step_failure``: injected probability that each step fails regardless of the text.
+    ``domains``: default task domains (a subset of :data:`DOMAINS`; e.g. four for a held-out-domain run).
+    ``show_slate``: False gives the skill-free variant: no slate in the prompt, every read an error.
+    """
+
+    def __init__(
+        self,
+        library: Mapping[str, Skill] | None = None,
+        slate_sizes: tuple[int, int, int, int] = (1, 5, 5, 5),
+        max_reads: int = 4,
+        max_response_chars: int = 2000,
+        step_failure: float = 0.0,
+        domains: Sequence[str] | None = None,
+        show_slate: bool = True,
+    ):
+        if not 0.0 <= step_failure <= 1.0:
+            raise ValueError(f"step_failure must lie in [0, 1], got {step_failure}")
+        if max_reads < 1:
+            raise ValueError(f"max_reads must be >= 1, got {max_reads}")
+        self.library = dict(load_library() if library is None else library)
+        self.slate_sizes = tuple(slate_sizes)
+        self.max_reads = max_reads
+        self.max_response_chars = max_response_chars
+        self.step_failure = step_failure
+        self.show_slate = show_slate
+        # The table of every embedded-domain skill, parsed from its body, and the task index.
+        self.tables: dict[str, Table] = {}
+        self.index: dict[tuple[str, str, str], str] = {}
+        for s in self.library.values():
+            if s.domain not in DOMAINS:
+                continue  # foreign skills can still appear as irrelevant candidates
+            try:
+                self.tables[s.name] = parse_table(s.body, s.domain)
+            except ValueError as err:
+                raise ValueError(f"{s.path}: body: {err}") from None
+            self.index[(s.domain, s.family, s.variant)] = s.name
+        self.domains = self._check_domains(domains if domains is not None else sorted({d for d, _, _ in self.index}))
+
+    # ------------------------------------------------------------------ tasks
+
+    def _check_domains(self, domains: Iterable[str]) -> tuple[str, ...]:
+        domains = tuple(domains)
+        present = {d for d, _, _ in self.index}
+        bad = [d for d in domains if d not in present]
+        if bad or not domains:
+            raise EpisodeError(f"domains {bad or domains!r}: expected a non-empty subset of {sorted(present)}")
+        return domains
+
+    def make_task(self, domain: str, family: str, variant: str, start: str, horizon: int) -> Task:
+        """The task instance for explicit content (gold lines computed from the oracle's table)."""
+        oracle = self.index.get((domain, family, variant))
+        if oracle is None:
+            raise EpisodeError(f"no skill for domain {domain!r}, family {family!r}, variant {variant!r} in the library")
+        if start not in DOMAINS[domain].symbols:
+            raise EpisodeError(f"start {start!r} is not a {domain} symbol ({' '.join(DOMAINS[domain].symbols)})")
+        if not 1 <= horizon <= MAX_HORIZON:
+            raise EpisodeError(f"horizon must lie in 1..{MAX_HORIZON}, got {horizon}")
+        steps, answer = run_chain(self.tables[oracle], start, horizon)
+        return Task(
+            task_id=f"{oracle}-s{start}-h{horizon}", domain=domain, horizon=horizon, oracle=oracle, family=family,
+            variant=variant, start=start,
+            text=f"task : {domain} {family} , mark {variant} , start {start} , steps {horizon}",
+            gold_steps=steps, gold_answer=answer,
+        )
+
+    def sample_tasks(
+        self, n: int, split: str, seed: int, horizons: Iterable[int] = range(1, 9), domains: Sequence[str] | None = None
+    ) -> list[Task]:
+        """``n`` instances of ``split`` ("train" / "eval"), deterministic in ``seed``.
+
+        Domain, family, variant, start and horizon are uniform. The split is decided by the
+        (skill, start) pair (:func:`split_of`), so an eval chain is never a prefix of a
+        training chain; both splits may repeat instances internally.
+        """
+        if split not in ("train", "eval"):
+            raise EpisodeError(f"split must be 'train' or 'eval', got {split!r}")
+        horizons = tuple(horizons)
+        if not horizons or min(horizons) < 1 or max(horizons) > MAX_HORIZON:
+            raise EpisodeError(f"horizons must lie in 1..{MAX_HORIZON}, got {horizons!r}")
+        domains = self._check_domains(domains if domains is not None else self.domains)
+        keys = {d: sorted(k for k in self.index if k[0] == d) for d in domains}
+        rng = np.random.default_rng(seed)
+        out: list[Task] = []
+        while len(out) < n:
+            domain = domains[rng.integers(len(domains))]
+            _, family, variant = keys[domain][rng.integers(len(keys[domain]))]
+            symbols = DOMAINS[domain].symbols
+            start = symbols[rng.integers(len(symbols))]
+            h = int(horizons[rng.integers(len(horizons))])
+            if split_of(f"{self.index[(domain, family, variant)]}-s{start}") == split:
+                out.append(self.make_task(domain, family, variant, start, h))
+        return out
+
+    def follow_table(self, task: Task, skill: str | None) -> Table:
+        """The table a policy executes after last reading ``skill``: its own, if it is of the
+        task's domain; else (nothing to follow) one that no variant of the task's family uses."""
+        if skill is not None and skill in self.tables and self.library[skill].domain == task.domain:
+            return self.tables[skill]
+        return family_tables(task.domain, task.family)[1]
+
+    # ------------------------------------------------------------------ slates and prompts
+
+    def slate(self, task: Task, seed: int) -> Slate:
+        """The task's slate, deterministic in (task, seed)."""
+        return make_slate(self.library, task, rng_for(task.task_id, seed), self.slate_sizes)
+
+    def _check(self, task: Task, slate: Slate) -> None:
+        if slate.category(task.oracle) != "oracle":
+            raise EpisodeError(
+                f"task {task.task_id}: field 'oracle' ({task.oracle!r}) is not the oracle of the slate "
+                f"(category {slate.category(task.oracle)!r}; slate oracle {slate.oracle!r})"
+            )
+
+    def prompt(self, task: Task, slate: Slate) -> str:
+        """The slate lines (``name words : description``), the task line, then ``respond :``."""
+        self._check(task, slate)
+        lines = [f"{display_name(c.name)} : {c.description}" for c in slate.candidates] if self.show_slate else []
+        return "\n".join([SLATE_HEADER, *lines, task.text, PROMPT_END] if self.show_slate else [task.text, PROMPT_END])
+
+    # ------------------------------------------------------------------ tool calls
+
+    def _insertion(self, slate: Slate, inner: Sequence[str], k: int) -> str:
+        """The environment's text after the k-th (1-based) read whose words are ``inner``."""
+        if k > self.max_reads:
+            return f"{ERROR_OPEN} {ERR_LIMIT} {ERROR_CLOSE}"
+        if not inner:
+            return f"{ERROR_OPEN} {ERR_BAD} {ERROR_CLOSE}"
+        name = "-".join(inner)
+        if not self.show_slate or slate.category(name) is None:
+            return f"{ERROR_OPEN} {ERR_UNKNOWN} {ERROR_CLOSE}"
+        return f"{BODY_OPEN} {' '.join(self.library[name].body.split())} {BODY_CLOSE}"
+
+    def tool_response(self, task: Task, slate: Slate, response_so_far: str) -> str | None:
+        """Text to append after a read action that ``response_so_far`` ends with (leading space included).
+
+        The body for a name on the slate; an error text for an off-slate name, an empty read,
+        or a read past ``max_reads``. ``None`` when the response does not end with
+        ``<read> ... </read>``.
+        """
+        self._check(task, slate)
+        words = response_so_far.split()
+        if not words or words[-1] != READ_CLOSE or READ_OPEN not in words:
+            return None
+        start = len(words) - 1 - words[::-1].index(READ_OPEN)
+        inner = words[start + 1 : -1]
+        if READ_CLOSE in inner:
+            return None
+        return " " + self._insertion(slate, inner, k=words.count(READ_CLOSE))
+
+    # ------------------------------------------------------------------ verifier
+
+    def score(self, task: Task, slate: Slate, response: str, rng: np.random.Generator | None = None) -> Outcome:
+        """Parse and verify ``response`` (never raises on policy text).
+
+        Grammar: ``(<read> WORDS </read> INSERTION)* STEP_LINES <answer> SYMBOL </answer>``,
+        where each INSERTION must be exactly what :meth:`tool_response` returns. Success
+        needs a well-formed response, no off-slate read, the gold step lines and answer,
+        and that none of the H injected per-step failures fire (``rng``; when ``None``, a
+        generator seeded by the task and response, so scoring stays deterministic).
+        """
+        self._check(task, slate)
+        words = _words(response)
+        toks = [w for w, _, _ in words]
+        malformed = len(response) > self.max_response_chars
+        reads: list[Read] = []
+        spans: list[tuple[int, int]] = []
+        i, closed = 0, False
+        while i < len(toks) and toks[i] == READ_OPEN and not malformed:
+            if closed:
+                malformed = True  # a read after the read phase ended
+                break
+            try:
+                j = toks.index(READ_CLOSE, i + 1)
+            except ValueError:
+                malformed = True
+                break
+            inner = toks[i + 1 : j]
+            if not inner or READ_OPEN in inner:
+                malformed = True
+                break
+            name = "-".join(inner)
+            category = slate.category(name) if self.show_slate else None
+            k = len(reads) + 1
+            reads.append(Read(name, category or "invalid", words[i + 1][1], words[j - 1][2],
+                              served=category is not None and k <= self.max_reads))
+            expected = self._insertion(slate, inner, k).split()
+            got = toks[j + 1 : j + 1 + len(expected)]
+            if got != expected:
+                malformed = True
+                break
+            spans.append((words[j + 1][1], words[j + len(expected)][2]))
+            i = j + 1 + len(expected)
+            closed = k > self.max_reads
+        answer = None
+        exec_toks: list[str] = []
+        if not malformed:
+            try:
+                a = toks.index(ANSWER_OPEN, i)
+                b = toks.index(ANSWER_CLOSE, a + 1)
+            except ValueError:
+                malformed = True
+                exec_toks = toks[i:]
+            else:
+                exec_toks = toks[i:a]
+                answer = " ".join(toks[a + 1 : b])
+                malformed = not set(toks[b + 1 :]) <= _TRAILING_OK or READ_OPEN in exec_toks
+        lines = [" ".join(line) for line in _split_steps(exec_toks)]
+        steps_correct = 0
+        for got_line, gold in zip(lines, task.gold_steps):
+            if got_line != gold:
+                break
+            steps_correct += 1
+        steps_ok = self._steps_ok(task, _split_steps(exec_toks))
+        correct = (not malformed and lines == list(task.gold_steps) and answer == task.gold_answer
+                   and all(r.category != "invalid" for r in reads))
+        if rng is None:
+            rng = rng_for(task.task_id, response)
+        survived = bool(np.all(rng.random(task.horizon) >= self.step_failure)) if self.step_failure > 0 else True
+        success = correct and survived
+        return Outcome(float(success), success, tuple(reads), answer, malformed, tuple(spans), steps_correct, steps_ok)
+
+    def _steps_ok(self, task: Task, lines: list[list[str]]) -> int:
+        table = self.tables[task.oracle]
+        state, ok = task.start, 0
+        for k, line in enumerate(lines[: task.horizon], start=1):
+            if len(line) == 5 and line[:3] == ["step", str(k), ":"] and line[3] == state and table.get(state) == line[4]:
+                ok += 1
+            state = line[-1]
+        return ok
+
+    # ------------------------------------------------------------------ demonstrations
+
+    def demonstration(self, task: Task, slate: Slate, reads: Sequence[str]) -> str:
+        """A correct-format response: ``reads`` (each followed by the inserted text), then the
+        H step lines that follow the last served read's table, then the answer.
+
+        Only a last read of the oracle gives the gold lines; a misleading one fails at step 1.
+        """
+        self._check(task, slate)
+        parts, served = [], []
+        for k, name in enumerate(reads, start=1):
+            parts.append(f"{READ_OPEN} {display_name(name)} {READ_CLOSE} " + self._insertion(slate, name.split("-"), k))
+            if k <= self.max_reads and self.show_slate and slate.category(name) is not None:
+                served.append(name)
+            if k > self.max_reads:
+                break
+        steps, answer = run_chain(self.follow_table(task, served[-1] if served else None), task.start, task.horizon)
+        return "\n".join([*parts, *steps, f"{ANSWER_OPEN} {answer} {ANSWER_CLOSE}"])
+
+    # ------------------------------------------------------------------ vocabulary
+
+    def vocabulary(self) -> list[str]:
+        """Every word prompts, insertions and responses of this environment can contain (sorted)."""
+        words: set[str] = set()
+        for s in self.library.values():
+            words |= {*s.name.split("-"), *s.description.split(), *s.body.split()}
+        for d in DOMAINS.values():
+            words |= {d.name, d.obj, *d.families, *d.symbols, *d.entries}
+        words |= {str(i) for i in range(MAX_HORIZON + 1)} | set(VARIANTS)
+        words |= {READ_OPEN, READ_CLOSE, BODY_OPEN, BODY_CLOSE, ERROR_OPEN, ERROR_CLOSE, ANSWER_OPEN, ANSWER_CLOSE}
+        words |= set(f"{ERR_UNKNOWN} {ERR_LIMIT} {ERR_BAD} {PROMPT_END} {SLATE_HEADER}".split())
+        words |= set("task : , mark start steps step".split())
+        return sorted(words)

@@ -1,0 +1,152 @@
+"""Held-out evaluation of any model or trained adapter, and the ``evaluate`` command.
+
+Everyone checks a model the same way: one sampled trial on each of a fixed set of
+held-out instances (eval split, seed :data:`EVAL_SEED`, the same for every run,
+seed and method), then the rates below, overall, by domain and by horizon.
+
+========================  ===================================================================
+measure                   meaning
+========================  ===================================================================
+``success``               the verifier's verdict (every step line and the answer right)
+``oracle_read``           the trial read the oracle at least once (the paper's "oracle read")
+``misleading_read``       the trial read at least one misleading look-alike
+``invalid_read``          the trial named a skill that is not on the slate (off-slate) or a bad read
+``reads``                 read actions per trial
+``last_oracle``           the last served read (the body execution follows) was the oracle
+``step_acc``              per-step accuracy: step lines that are a right lookup in the oracle's
+                          table given their own input, over H, on trials whose last read is the oracle
+``success_only_oracle``   success rate of trials whose only read is the oracle
+``success_last_oracle``   success rate of trials whose last served read is the oracle
+``success_last_misleading`` success rate of trials whose last served read is misleading
+========================  ===================================================================
+
+Conditional rates are NaN when no trial meets the condition.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from .env import SkillSlateEnv
+from .rollout import Episode, generate
+from .seeding import stream_seed
+
+#: Held-out evaluation instances are the same for every run, seed and method.
+EVAL_SEED = 10_007
+#: The rates reported by domain and by horizon.
+BY_GROUP = ("success", "oracle_read", "misleading_read", "reads")
+
+
+def episode_table(episodes: list[Episode]) -> pd.DataFrame:
+    """One row per trial with the per-trial indicators :func:`summarize` averages."""
+    rows = []
+    for e in episodes:
+        o = e.outcome
+        cats = [r.category for r in o.reads]
+        last = o.last_served
+        rows.append({
+            "domain": e.task.domain, "horizon": e.task.horizon, "success": float(o.success),
+            "oracle_read": float("oracle" in cats), "misleading_read": float("misleading" in cats),
+            "invalid_read": float("invalid" in cats), "reads": float(len(cats)),
+            "last_oracle": float(last is not None and last.category == "oracle"),
+            "last_misleading": float(last is not None and last.category == "misleading"),
+            "only_oracle": float(cats == ["oracle"]),
+            "step_acc": o.steps_ok / e.task.horizon,
+        })
+    return pd.DataFrame(rows)
+
+
+def summarize(episodes: list[Episode], prefix: str = "eval") -> dict[str, float]:
+    """The measures of the module docstring as ``{prefix}/{measure}[/{domain|horizon}={value}]``."""
+    df = episode_table(episodes)
+    out = {f"{prefix}/{m}": float(df[m].mean()) for m in
+           ("success", "oracle_read", "misleading_read", "invalid_read", "reads", "last_oracle")}
+
+    def cond(mask: pd.Series, col: str) -> float:
+        return float(df.loc[mask, col].mean()) if mask.any() else float("nan")
+
+    out[f"{prefix}/step_acc"] = cond(df["last_oracle"] > 0, "step_acc")
+    out[f"{prefix}/success_only_oracle"] = cond(df["only_oracle"] > 0, "success")
+    out[f"{prefix}/success_last_oracle"] = cond(df["last_oracle"] > 0, "success")
+    out[f"{prefix}/success_last_misleading"] = cond(df["last_misleading"] > 0, "success")
+    for key in ("domain", "horizon"):
+        for value, sub in df.groupby(key):
+            for m in BY_GROUP:
+                out[f"{prefix}/{m}/{key}={value}"] = float(sub[m].mean())
+    return out
+
+
+def evaluate(model, tokenizer, env: SkillSlateEnv, n_tasks: int, max_new_tokens: int = 160, batch: int = 128,
+             temperature: float = 1.0, domains=None, horizons=range(1, 9)) -> list[Episode]:
+    """One sampled trial on each of ``n_tasks`` fixed held-out instances (same for every run)."""
+    tasks = env.sample_tasks(n_tasks, split="eval", seed=EVAL_SEED, domains=domains, horizons=horizons)
+    items = [(t, env.slate(t, seed=stream_seed(EVAL_SEED, k)), k) for k, t in enumerate(tasks)]
+    gen = torch.Generator().manual_seed(EVAL_SEED)
+    episodes: list[Episode] = []
+    for start in range(0, len(items), batch):
+        episodes += generate(model, tokenizer, env, items[start: start + batch], max_new_tokens, temperature, gen,
+                             score_rng=np.random.default_rng(stream_seed(EVAL_SEED, start)))
+    return episodes
+
+
+def load_adapter(run_dir: str | Path, model_spec: str | None = None):
+    """``(model, tokenizer, run config)``: a run's base model with its final LoRA adapter (``run_dir/adapter``)."""
+    from peft import PeftModel
+
+    from .logs import read_config
+    from .models import load_policy
+
+    run_dir = Path(run_dir)
+    if not (run_dir / "adapter" / "adapter_config.json").exists():
+        raise FileNotFoundError(f"{run_dir}: no adapter/adapter_config.json (a finished run saves its final LoRA adapter there)")
+    config = read_config(run_dir)
+    base, tokenizer = load_policy(model_spec or config["model"])
+    return PeftModel.from_pretrained(base, run_dir / "adapter"), tokenizer, config
+
+
+def evaluate_main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m skillgate_lib evaluate", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=None, help="tiny (RL warm start), tiny-base, smollm2-135m, or an HF id / path "
+                        "(default: tiny, or the run's own model with --adapter)")
+    parser.add_argument("--adapter", type=Path, help="a training run directory: evaluate its final LoRA adapter")
+    parser.add_argument("--tasks", type=int, default=400, help="held-out instances (default: 400)")
+    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature; 0 = greedy (default: 1)")
+    parser.add_argument("--step-failure", type=float, default=0.0, help="injected per-step failure (default: 0)")
+    parser.add_argument("--domains", nargs="+", help="evaluate on these domains only")
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default: 2)")
+    parser.add_argument("--json", action="store_true", help="print every measure as one JSON object")
+    args = parser.parse_args(argv)
+    if args.tasks < 1:
+        parser.error(f"--tasks must be >= 1, got {args.tasks}")
+    torch.set_num_threads(args.threads)
+    if args.adapter is not None:
+        model, tokenizer, _ = load_adapter(args.adapter, args.model)
+        label = f"{args.adapter} (adapter)"
+    else:
+        from .models import load_policy
+
+        model, tokenizer = load_policy(args.model or "tiny")
+        label = args.model or "tiny"
+    env = SkillSlateEnv(step_failure=args.step_failure)
+    summary = summarize(evaluate(model, tokenizer, env, args.tasks, temperature=args.temperature, domains=args.domains))
+    if args.json:
+        print(json.dumps(summary, indent=1))
+        return 0
+    print(f"{label}: {args.tasks} held-out tasks, temperature {args.temperature}")
+    for m in ("success", "oracle_read", "misleading_read", "invalid_read", "reads", "last_oracle", "step_acc",
+              "success_only_oracle", "success_last_oracle", "success_last_misleading"):
+        v = summary[f"eval/{m}"]
+        print(f"  {m:<24} {v:8.3f}")
+    table = pd.DataFrame({h: [summary.get(f"eval/{m}/horizon={h}", np.nan) for m in BY_GROUP]
+                          for h in sorted({int(k.split("=")[1]) for k in summary if "/horizon=" in k})}, index=BY_GROUP)
+    print("by horizon:\n" + table.round(3).to_string())
+    return 0
+
+
+main = evaluate_main

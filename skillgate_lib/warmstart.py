@@ -1,0 +1,234 @@
+"""Supervised warm starts of the embedded tiny Llama on environment demonstrations.
+
+Two stages, each one command (``python -m skillgate_lib warmstart``):
+
+1. **base** (``--read-pool oracle``, from scratch): demonstrations that read the oracle
+   and execute its table. This is where the model learns the two retrieval skills
+   the task needs, copying the cue into the read call and looking a key up in the
+   body; both sit at chance for ~1,000+ steps, then jump (issue 10). The result is
+   the *capacity check* model (``data/models/tiny-base``), never an RL start.
+2. **RL warm start** (``--init data/models/tiny-base --read-pool mixed``): demonstrations
+   whose reads follow a fixed mix that does not favour the oracle
+   (:func:`skillgate_lib.env.mixed_reads`); execution follows the last body read.
+   This unlearns the oracle preference (``data/models/tiny-sft``) and leaves RL a
+   selection problem.
+
+Progress is logged every ``log_every`` steps to ``OUT/train_log.jsonl``: the loss and
+the teacher-forced accuracy per token type (``variant`` = the name token that must be
+copied from the cue, ``value`` = the looked-up step output, ``format`` = the rest),
+because the loss alone hides the plateau. Checkpoints are written atomically every
+``checkpoint_every`` steps; rerunning the same command resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from . import paths
+from .batching import pack, response_logits
+from .cli import add_fields, from_args
+from .env import SkillSlateEnv, load_tokenizer, mixed_reads
+from .models import tiny_llama
+from .rollout import Episode
+from .seeding import seed_everything, stream_seed
+
+BASE_DIR = paths.DATA_DIR / "models" / "tiny-base"
+TINY_SFT_DIR = paths.DATA_DIR / "models" / "tiny-sft"
+TOKEN_TYPES = ("format", "variant", "value")
+
+
+@dataclass
+class WarmStartConfig:
+    """SFT warm start of the embedded tiny model (one stage)."""
+
+    steps: int = 2500
+    """Optimizer steps."""
+    batch_size: int = 32
+    """Demonstrations per step (fresh ones every step)."""
+    lr: float = 3e-3
+    """Peak AdamW learning rate (cosine decay, 5 % linear warm-up)."""
+    read_pool: str = "oracle"
+    """``oracle``: every demonstration reads the oracle (the base stage); ``mixed``: the RL
+    warm-start mix of :func:`skillgate_lib.env.mixed_reads`."""
+    p_oracle: float = 0.3
+    """mixed: probability that a read is the oracle (if not read yet), else an unread look-alike."""
+    read_mix: tuple[float, ...] = (0.35, 0.35, 0.30)
+    """mixed: P(1 read), P(2 reads), P(3 reads)."""
+    init: str = ""
+    """Model directory to start from; empty = a fresh tiny Llama."""
+    seed: int = 0
+    """Seed of the model init and the demonstration stream."""
+    threads: int = 2
+    """torch CPU threads."""
+    log_every: int = 25
+    """Log loss and per-token-type accuracy every N steps."""
+    checkpoint_every: int = 100
+    """Atomic checkpoint every N steps (a rerun of the same command resumes from it)."""
+    out: str = str(BASE_DIR)
+    """Where the model, tokenizer, config and training log are saved."""
+
+    def __post_init__(self) -> None:
+        if self.read_pool not in ("oracle", "mixed"):
+            raise ValueError(f"read_pool must be 'oracle' or 'mixed', got {self.read_pool!r}")
+        for name in ("steps", "batch_size", "log_every", "checkpoint_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+def demonstration_reads(slate, rng: np.random.Generator, cfg: WarmStartConfig) -> list[str]:
+    """The skills one demonstration reads under ``cfg.read_pool``."""
+    if cfg.read_pool == "oracle":
+        return [slate.oracle]
+    return mixed_reads(slate, rng, cfg.p_oracle, cfg.read_mix)
+
+
+def token_types(words: list[str]) -> list[str]:
+    """The type of each word of a response (word-level tokenizer: one token per word)."""
+    types, in_read, step_pos = [], False, None
+    for k, w in enumerate(words):
+        kind = "format"
+        if w == "<read>":
+            in_read = True
+        elif w == "</read>":
+            in_read = False
+        elif in_read and k + 1 < len(words) and words[k + 1] == "</read>":
+            kind = "variant"
+        if w == "step":
+            step_pos = 0
+        elif step_pos is not None:
+            step_pos += 1
+            if step_pos == 4:
+                kind = "value"
+        if w == "<answer>":
+            step_pos = None
+        types.append(kind)
+    return types
+
+
+def demo_episode(env: SkillSlateEnv, tokenizer, task, slate, reads: list[str]) -> tuple[Episode, list[str]]:
+    """A demonstration as an :class:`Episode` (inserted text gets no loss) and its token types."""
+    text = env.demonstration(task, slate, reads)
+    outcome = env.score(task, slate, text)
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    mask = [not any(s <= a and b <= e for s, e in outcome.tool_spans) for a, b in enc["offset_mapping"]]
+    ep = Episode(task, slate, 0, tokenizer(env.prompt(task, slate), add_special_tokens=False)["input_ids"])
+    ep.response_ids = list(enc["input_ids"]) + [tokenizer.eos_token_id]
+    ep.policy_mask = mask + [True]
+    types = token_types(text.split()) if len(enc["input_ids"]) == len(text.split()) else ["format"] * len(mask)
+    return ep, types + ["format"]
+
+
+def _schedule(opt, steps: int):
+    warm = max(1, steps // 20)
+    return torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps))))
+
+
+def _accuracy(logits: torch.Tensor, batch, types: list[list[str]]) -> dict[str, float]:
+    right = (logits.argmax(-1) == batch["response_ids"]) & batch["response_mask"]
+    out = {}
+    for kind in TOKEN_TYPES:
+        sel = torch.zeros_like(right)
+        for i, ts in enumerate(types):
+            sel[i, : len(ts)] = torch.tensor([t == kind for t in ts])
+        sel &= batch["response_mask"]
+        if sel.any():
+            out[f"acc/{kind}"] = float((right & sel).sum() / sel.sum())
+    return out
+
+
+def warmstart(cfg: WarmStartConfig, env: SkillSlateEnv | None = None, progress: bool = True):
+    """Train (or resume) one warm-start stage; save the model to ``cfg.out``; return ``(model, tokenizer)``."""
+    from transformers import AutoModelForCausalLM
+
+    torch.set_num_threads(cfg.threads)
+    seed_everything(cfg.seed)
+    env = env or SkillSlateEnv()
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if cfg.init:
+        model, tokenizer = AutoModelForCausalLM.from_pretrained(cfg.init), load_tokenizer(cfg.init)
+    else:
+        tokenizer = load_tokenizer()
+        model = tiny_llama(tokenizer)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01, betas=(0.9, 0.98))
+    sched = _schedule(opt, cfg.steps)
+    ckpt, log_path = out / "checkpoint.pt", out / "train_log.jsonl"
+    config = dataclasses.asdict(cfg)
+    start = 0
+    if ckpt.exists():
+        state = torch.load(ckpt, weights_only=False)
+        diff = {k: (state["config"].get(k), v) for k, v in config.items() if k not in ("threads", "out")
+                and state["config"].get(k) != (list(v) if isinstance(v, tuple) else v)}
+        if diff:
+            raise ValueError(f"{ckpt}: written with other settings; differing fields (checkpoint, now): {diff}")
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+        start = state["step"]
+    if log_path.exists():  # drop log lines past the checkpoint (a run killed between the two)
+        keep = [line for line in log_path.read_text().splitlines() if line and json.loads(line)["step"] <= start]
+        log_path.write_text("".join(line + "\n" for line in keep))
+    bar = tqdm(range(start, cfg.steps), desc=f"warm start ({cfg.read_pool})", disable=not progress,
+               initial=start, total=cfg.steps)
+    model.train()
+    t0 = time.perf_counter()
+    for step in bar:
+        rng = np.random.default_rng(stream_seed(cfg.seed, step, 1))
+        tasks = env.sample_tasks(cfg.batch_size, split="train", seed=stream_seed(cfg.seed, step, 2))
+        episodes, types = [], []
+        for k, task in enumerate(tasks):
+            slate = env.slate(task, seed=stream_seed(cfg.seed, step, 3, k))
+            ep, ty = demo_episode(env, tokenizer, task, slate, demonstration_reads(slate, rng, cfg))
+            episodes.append(ep)
+            types.append(ty)
+        batch = pack(episodes, tokenizer.pad_token_id)
+        logits = response_logits(model, batch)
+        mask = batch["response_mask"]
+        logp = torch.gather(torch.log_softmax(logits, -1), 2, batch["response_ids"][..., None]).squeeze(-1)
+        loss = -(logp * mask).sum() / mask.sum()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        if (step + 1) % cfg.log_every == 0 or step + 1 == cfg.steps:
+            row = {"step": step + 1, "loss": loss.item(), "lr": sched.get_last_lr()[0],
+                   "elapsed_s": round(time.perf_counter() - t0, 1), **_accuracy(logits.detach(), batch, types)}
+            with open(log_path, "a") as f:
+                f.write(json.dumps(row) + "\n")
+            bar.set_postfix(loss=f"{row['loss']:.3f}", variant=f"{row.get('acc/variant', float('nan')):.2f}",
+                            value=f"{row.get('acc/value', float('nan')):.2f}")
+        if (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
+            state = {"step": step + 1, "config": json.loads(json.dumps(config)), "model": model.state_dict(),
+                     "optimizer": opt.state_dict(), "scheduler": sched.state_dict()}
+            torch.save(state, out / ".checkpoint.pt.tmp")
+            os.replace(out / ".checkpoint.pt.tmp", ckpt)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    (out / "warmstart_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    ckpt.unlink(missing_ok=True)
+    return model, tokenizer
+
+
+def warmstart_main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m skillgate_lib warmstart", description=WarmStartConfig.__doc__)
+    add_fields(parser, WarmStartConfig)
+    cfg = from_args(WarmStartConfig, parser.parse_args(argv))
+    warmstart(cfg)
+    print(f"saved the warm-started model to {cfg.out}")
+    return 0
+
+
+main = warmstart_main
