@@ -8,37 +8,58 @@ in :data:`ASSIGNERS`; adding one is one function and one registry line. Symbols:
 * ``R_i`` the outcome reward, ``A_i = (R_i - mean_{g(i)} R) / (std_{g(i)} R + eps)`` the
   group-normalised outcome advantage (``std`` optional, as in Dr. GRPO);
 * the *read call* of a read action is all of its tokens (``<read> name </read>``); its
-  *selector span* is the skill-name tokens inside it.
+  *selector span* is the skill-name tokens inside it, ``k_j`` of them for read ``j``;
+* a read's selector advantage ``s_j = x_j - mean_{reads in g} x`` centres a per-read
+  signal ``x`` over every read action of its prompt group (no std division); the read is
+  *active* when ``s_j != 0``;
+* a group is *filtered* (dynamic sampling) when its raw rewards all agree,
+  ``max_g R - min_g R <= 1e-12``; :func:`kept_groups` marks the trajectories of the others.
 
 The policy loss the trainer minimises is ``sum_{i,t} weights[i,t] * surrogate(A[i,t])``:
 ``weights`` already holds each channel's normalisation and coefficient, so a
 trajectory's share of loss weight on its selector tokens (Share) is read straight
-off ``weights``.
+off ``weights``. Where every group is filtered all weights are zero and the trainer
+skips the optimizer step; ``Credit.groups_filtered`` counts the filtered groups.
 
-========================  =========================================================================
-assigner                  credit
-========================  =========================================================================
-``outcome``               broadcast GRPO: ``A_i`` on every response token, one token-mean
-``skillgate``             execution channel: ``A_i`` on every token but the read calls, averaged
-                          over those tokens; selector channel: on the name tokens of read ``j``,
-                          ``u_j - mean_{reads in g} u`` with ``u_j = 1`` iff its trajectory made
-                          exactly one read and it is the oracle; averaged over name tokens, times
-                          ``lambda``. Supports must be disjoint (checked).
-``masked_exec``           the execution channel alone (ablation: the read call gets no credit)
-``shaped``                broadcast GRPO on ``R_i + bonus * 1[trajectory read the oracle]``
-``selection_bc``          the execution channel, plus a supervised cross-entropy on the oracle's
-                          name with coefficient ``lambda`` (the trainer builds that term; the
-                          assigner sets ``bc_coef``)
-========================  =========================================================================
+=======================  ======================================================================  ========
+assigner                 credit                                                                  filtered
+=======================  ======================================================================  ========
+``outcome``              broadcast GRPO: ``A_i`` on every response token, one token-mean         no
+``skillgate``            the reference construction (:func:`skillgate`). Execution channel:      yes
+                         ``A_i`` on every token but the read calls, averaged over those tokens.
+                         Selector channel: on the name tokens of read ``j``, ``s_j`` with
+                         ``x_j = u_j = 1`` iff its trajectory made exactly one read and it is
+                         the oracle; weight ``lambda / (n_active * k_j)``, i.e. ``lambda``
+                         shared equally by the batch's active reads, each spreading its share
+                         over its name tokens. Supports disjoint (checked).
+``skillgate_tokenmean``  ablation (the kit's earlier ``skillgate``): as ``skillgate``, but the   no
+                         selector channel is ``lambda`` averaged over *all* name tokens,
+                         zero-advantage reads included, and no group is filtered
+``utility``              Skill1-style utility credit: as ``skillgate``, with ``x_j`` the         yes
+                         running-average outcome of the skill read ``j`` names
+                         (:class:`SkillValues`, values from *before* this batch)
+``masked_exec``          the execution channel alone (ablation: the read call gets no credit)    no
+``shaped``               broadcast GRPO on ``R_i + bonus * 1[trajectory read the oracle]``       no
+``selection_bc``         the execution channel, plus a supervised cross-entropy on the           no
+                         oracle's name with coefficient ``lambda`` (the trainer builds that
+                         term; the assigner sets ``bc_coef``)
+=======================  ======================================================================  ========
+
+The dynamic-sampling filter belongs to the SkillGate recipe (and to ``utility``, so that
+it differs from ``skillgate`` in the selector signal alone); the other baselines keep
+every group, as they always have in the kit.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import torch
 from torch import Tensor
+
+TIE_TOL = 1e-12
+"""Two rewards, or a selector advantage and zero, closer than this are equal (the reference's tolerance)."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +81,51 @@ class ReadSpan:
 
 
 @dataclass
+class SkillValues:
+    r"""Per-skill utility carried across GRPO steps (the state of the ``utility`` assigner).
+
+    ``value(s)`` is an exponential running average of the outcome of the trajectories
+    that read skill ``s``. One update per batch and skill: with ``m_s`` the mean reward of
+    the batch's trajectories that read ``s`` (a trajectory counts once however often it
+    reads ``s``), ``v_s <- m_s`` at the skill's first observation (no pull towards the
+    prior once a skill has been seen) and ``v_s <- decay * v_s + (1 - decay) * m_s``
+    afterwards. A skill never observed has value ``prior``.
+
+    The trainer owns one instance per run, passes it as ``CreditInputs.skill_values`` and
+    calls :meth:`update` *after* :func:`assign`: a batch's name credit uses only earlier
+    batches' outcomes (its own outcome already drives its execution channel).
+    """
+
+    decay: float = 0.9
+    """Weight of the old value in each update, in ``[0, 1)``."""
+    prior: float = 0.0
+    """Value of a skill no trajectory has read yet (in reward units)."""
+    values: dict[str, float] = field(default_factory=dict)
+    """Skill name -> current value (plain floats: saved with a checkpoint as they are)."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.decay < 1.0:
+            raise ValueError(f"SkillValues.decay: expected 0 <= decay < 1, got {self.decay}")
+
+    def value(self, name: str) -> float:
+        """Current utility of skill ``name`` (``prior`` if never read)."""
+        return self.values.get(name, self.prior)
+
+    def update(self, names_per_traj: Sequence[Sequence[str]], rewards: Sequence[float] | Tensor) -> None:
+        """Fold one batch in: ``names_per_traj[i]`` the skills trajectory ``i`` read, ``rewards[i]`` its outcome."""
+        rewards = [float(r) for r in (rewards.tolist() if isinstance(rewards, Tensor) else rewards)]
+        if len(names_per_traj) != len(rewards):
+            raise ValueError(f"SkillValues.update: {len(names_per_traj)} name lists for {len(rewards)} rewards")
+        outcomes: dict[str, list[float]] = {}
+        for names, r in zip(names_per_traj, rewards):
+            for name in dict.fromkeys(names):
+                outcomes.setdefault(name, []).append(r)
+        for name, rs in outcomes.items():
+            m = sum(rs) / len(rs)
+            self.values[name] = m if name not in self.values else self.decay * self.values[name] + (1 - self.decay) * m
+
+
+@dataclass
 class CreditInputs:
     """A batch of trajectories, grouped by prompt.
 
@@ -67,12 +133,16 @@ class CreditInputs:
     group:         (B,) long, prompt-group index per trajectory
     response_mask: (B, T) bool, True on policy (loss-bearing) tokens; environment text is False
     reads:         B lists of :class:`ReadSpan`, in response order
+    read_names:    B lists of the skill name each read names, parallel to ``reads`` (``utility`` needs it)
+    skill_values:  the run's :class:`SkillValues`, before this batch's update (``utility`` needs it)
     """
 
     rewards: Tensor
     group: Tensor
     response_mask: Tensor
     reads: Sequence[Sequence[ReadSpan]]
+    read_names: Sequence[Sequence[str]] | None = None
+    skill_values: SkillValues | None = None
 
     def __post_init__(self) -> None:
         B = self.rewards.shape[0]
@@ -88,6 +158,12 @@ class CreditInputs:
             for r in spans:
                 if r.call_end > T:
                     raise ValueError(f"credit inputs: trajectory {i}: read call ends at {r.call_end} > T={T}")
+        if self.read_names is not None:
+            if len(self.read_names) != B:
+                raise ValueError(f"credit inputs: read_names has {len(self.read_names)} entries for B={B} trajectories")
+            for i, (names, spans) in enumerate(zip(self.read_names, self.reads)):
+                if len(names) != len(spans):
+                    raise ValueError(f"credit inputs: trajectory {i}: {len(names)} read_names for {len(spans)} reads")
 
 
 @dataclass(frozen=True)
@@ -108,12 +184,15 @@ class CreditConfig:
 class Credit:
     """What an assigner returns.
 
-    advantages: (B, T) float, the advantage in each token's policy-gradient surrogate
-    weights:    (B, T) float, each token's loss weight (channel normalisation x coefficient);
-                zero off the support of every channel
-    adv_exec:   (B,) float, the execution-channel (or broadcast) advantage, for logging
-    read_adv:   B lists, the advantage applied to each read's selector tokens, for logging
-    bc_coef:    coefficient of the trainer's selection-BC term (0 = none)
+    advantages:      (B, T) float, the advantage in each token's policy-gradient surrogate
+    weights:         (B, T) float, each token's loss weight (channel normalisation x coefficient);
+                     zero off the support of every channel
+    adv_exec:        (B,) float, the execution-channel (or broadcast) advantage, for logging
+                     (0 in filtered groups)
+    read_adv:        B lists, the advantage applied to each read's selector tokens, for logging
+                     (0 for reads in filtered groups)
+    bc_coef:         coefficient of the trainer's selection-BC term (0 = none)
+    groups_filtered: prompt groups given no weight by dynamic sampling (all rewards equal)
     """
 
     advantages: Tensor
@@ -121,6 +200,7 @@ class Credit:
     adv_exec: Tensor
     read_adv: list[list[float]]
     bc_coef: float = 0.0
+    groups_filtered: int = 0
 
     def selector_share(self, inputs: CreditInputs) -> Tensor:
         """(B,) fraction of each trajectory's loss weight on its skill-name tokens."""
@@ -145,6 +225,26 @@ def group_advantage(rewards: Tensor, group: Tensor, scale: bool = True, eps: flo
     sq = torch.zeros(len(counts), dtype=rewards.dtype).index_add_(0, inverse, centred**2)
     std = torch.sqrt(sq / (counts - 1).clamp_min(1))[inverse]
     return centred / (std + eps)
+
+
+def _keep(inputs: CreditInputs) -> tuple[Tensor, int]:
+    """(B,) bool kept-group mask and the number of filtered groups."""
+    rewards = inputs.rewards.to(torch.float64)
+    _, inverse, counts = torch.unique(inputs.group, return_inverse=True, return_counts=True)
+    hi = torch.full((len(counts),), -torch.inf, dtype=torch.float64).scatter_reduce(0, inverse, rewards, "amax")
+    lo = torch.full((len(counts),), torch.inf, dtype=torch.float64).scatter_reduce(0, inverse, rewards, "amin")
+    kept = (hi - lo) > TIE_TOL
+    return kept[inverse], int((~kept).sum())
+
+
+def kept_groups(inputs: CreditInputs) -> Tensor:
+    """(B,) bool: True where trajectory ``i``'s prompt group survives dynamic sampling.
+
+    A group is filtered when its raw rewards all agree (``max - min <= 1e-12``), whatever
+    its reads: the reference's ``keep_raw_task_reward_nonzero_std``. A group of one is
+    always filtered.
+    """
+    return _keep(inputs)[0]
 
 
 def _span_mask(inputs: CreditInputs, start: str, end: str) -> Tensor:
@@ -193,9 +293,18 @@ def outcome(inputs: CreditInputs, cfg: CreditConfig) -> Credit:
     return Credit(_broadcast(a, mask), _token_mean(mask), a, [[float(a[i])] * len(r) for i, r in enumerate(inputs.reads)])
 
 
-def _execution_channel(inputs: CreditInputs, cfg: CreditConfig) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def _execution_channel(inputs: CreditInputs, cfg: CreditConfig,
+                       keep: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``(A (B,), support (B, T), advantages, weights)``: ``A_i`` off the read calls, one token-mean.
+
+    With ``keep``, trajectories of filtered groups leave the channel and the mean is over
+    the kept groups' tokens only.
+    """
     a = group_advantage(inputs.rewards, inputs.group, cfg.scale_rewards, cfg.eps)
     exec_mask = inputs.response_mask & ~read_call_mask(inputs)
+    if keep is not None:
+        a = torch.where(keep, a, torch.zeros_like(a))
+        exec_mask = exec_mask & keep[:, None]
     return a, exec_mask, _broadcast(a, exec_mask), _token_mean(exec_mask)
 
 
@@ -204,20 +313,110 @@ def read_utilities(inputs: CreditInputs) -> list[list[float]]:
     return [[1.0 if len(spans) == 1 and r.category == "oracle" else 0.0 for r in spans] for spans in inputs.reads]
 
 
+def _centre_over_group_reads(x: list[list[float]], group: Tensor) -> list[list[float]]:
+    """``x_j - mean(x)`` over all read actions in the prompt group (no std division).
+
+    Results within :data:`TIE_TOL` of zero are exactly zero: equal float utilities can
+    average to a value one ulp away from each, and such a read must not count as active.
+    """
+    groups = group.tolist()
+    totals: dict[int, list[float]] = {}
+    for g, xs in zip(groups, x):
+        acc = totals.setdefault(g, [0.0, 0.0])
+        acc[0] += sum(xs)
+        acc[1] += len(xs)
+    centred = [[v - totals[g][0] / totals[g][1] for v in xs] for g, xs in zip(groups, x)]
+    return [[0.0 if abs(s) <= TIE_TOL else s for s in row] for row in centred]
+
+
 def selector_advantages(inputs: CreditInputs) -> list[list[float]]:
     """``u_j - mean(u)`` over all read actions in the prompt group (no std division)."""
-    u = read_utilities(inputs)
-    groups = inputs.group.tolist()
-    totals: dict[int, list[float]] = {}
-    for g, us in zip(groups, u):
-        acc = totals.setdefault(g, [0.0, 0.0])
-        acc[0] += sum(us)
-        acc[1] += len(us)
-    return [[x - totals[g][0] / totals[g][1] for x in us] for g, us in zip(groups, u)]
+    return _centre_over_group_reads(read_utilities(inputs), inputs.group)
+
+
+def utility_advantages(inputs: CreditInputs) -> list[list[float]]:
+    """``V(name_j) - mean(V)`` over all read actions in the prompt group, ``V`` from ``inputs.skill_values``."""
+    for name in ("read_names", "skill_values"):
+        if getattr(inputs, name) is None:
+            raise ValueError(f"credit 'utility': CreditInputs.{name} is None; the utility assigner needs "
+                             "read_names (the skill each read names, parallel to reads) and skill_values "
+                             "(the run's SkillValues, updated after each assign)")
+    values = [[inputs.skill_values.value(n) for n in names] for names in inputs.read_names]
+    return _centre_over_group_reads(values, inputs.group)
+
+
+def _action_share(inputs: CreditInputs, sel_adv: list[list[float]], coef: float) -> Tensor:
+    """(B, T) selector weights: ``coef`` shared equally by the active reads, each spread over its name tokens."""
+    weights = torch.zeros(inputs.response_mask.shape, dtype=torch.float64)
+    active = [(i, j, r) for i, spans in enumerate(inputs.reads) for j, (r, s) in enumerate(zip(spans, sel_adv[i])) if s != 0.0]
+    for i, j, r in active:
+        name = slice(r.name_start, r.name_end)
+        if not inputs.response_mask[i, name].all():
+            raise ValueError(f"selector channel: trajectory {i}, read {j}: name tokens [{r.name_start}, {r.name_end}) "
+                             "are not all in response_mask; an active read's name must be policy tokens")
+        if (weights[i, name] != 0).any():
+            raise ValueError(f"selector channel: trajectory {i}, read {j}: name tokens [{r.name_start}, {r.name_end}) "
+                             "overlap another read's name")
+        weights[i, name] = coef / (len(active) * (r.name_end - r.name_start))
+    return weights
+
+
+def _reference_two_channels(inputs: CreditInputs, cfg: CreditConfig, sel_adv: list[list[float]]) -> Credit:
+    """SkillGate's construction for any per-read selector advantages ``sel_adv`` (see :func:`skillgate`)."""
+    keep, n_filtered = _keep(inputs)
+    a, exec_mask, adv, weights = _execution_channel(inputs, cfg, keep)
+    check_disjoint(exec_mask, selector_mask(inputs))
+    sel_adv = [row if k else [0.0] * len(row) for k, row in zip(keep.tolist(), sel_adv)]
+    for i, spans in enumerate(inputs.reads):
+        for r, s in zip(spans, sel_adv[i]):
+            adv[i, r.name_start : r.name_end] = s
+    weights = weights + _action_share(inputs, sel_adv, cfg.selector_coef)
+    return Credit(adv, weights, a, sel_adv, groups_filtered=n_filtered)
 
 
 def skillgate(inputs: CreditInputs, cfg: CreditConfig) -> Credit:
-    """Two disjoint channels: outcome credit on execution tokens, action-local utility on names."""
+    """SkillGate as the public reference implements it: two disjoint channels, one update.
+
+    Each rule and where it comes from in DeepExperience/SkillGate,
+    ``Relax/examples/agent_bench/``:
+
+    1. The execution (task) channel drops every token of each read call
+       (``selector_action_credit.build_train_fields``: ``task_mask[index] = 0`` for each
+       ``call_token_indices``), and gives the rest ``A_i``.
+    2. A read's utility is ``u_j = 1`` iff its trajectory made exactly one read and it is the
+       oracle; its selector advantage is ``u_j - mean u`` over every read action of the
+       prompt group, no std division (``selector_clean_oracle_action_credit.
+       annotate_group_selector_advantages``).
+    3. The selector channel's weight is shared equally among the batch's *active* reads
+       (``s_j != 0``), each spreading its share evenly over its name tokens; zero-advantage
+       reads get no weight (``build_train_fields``: ``selector_scale = base_total /
+       active_actions``, ``per_token_weight = selector_scale / len(indices)``, reads with
+       ``advantage == 0.0`` skipped).
+    4. Each channel carries the loss mass of the plain loss: ``task_scale = base_total /
+       task_total`` and a selector total of ``base_total`` (``build_train_fields``), here
+       divided by ``base_total`` (token-mean) so each sums to 1; the selector channel is
+       then scaled by ``lambda = 0.2`` (``selector_action_grpo_loss``: ``loss = task_pg_loss
+       + selector_coef * selector_pg_loss``, ``RELAX_SELECTOR_ACTION_LOSS_COEF`` default
+       0.2). A token in both supports raises (both files check it).
+    5. Prompt groups whose raw task rewards all agree are filtered out before the update,
+       whatever their selector signal (``keep_raw_task_reward_nonzero_std``: drop when
+       ``max - min <= 1e-12``). The weights above are built from the kept groups only,
+       so here every token of a filtered group gets weight 0 and both channels' means
+       (and the active-read count) run over the kept groups.
+
+    Where the kit differs: the reference refills a filtered batch with freshly sampled
+    groups (over-sampling) and an assigner cannot, so the kit updates on the smaller
+    kept batch; the reference's ``A_i`` uses ``std + 1e-6``, the kit ``std + cfg.eps``.
+    """
+    return _reference_two_channels(inputs, cfg, selector_advantages(inputs))
+
+
+def skillgate_tokenmean(inputs: CreditInputs, cfg: CreditConfig) -> Credit:
+    """Ablation (the kit's earlier ``skillgate``): ``lambda`` averaged over every name token, no filter.
+
+    Zero-advantage reads keep their share of the selector mean (diluting the active
+    reads'), and all-equal groups stay in both channels' means.
+    """
     a, exec_mask, adv, weights = _execution_channel(inputs, cfg)
     sel_mask = selector_mask(inputs)
     check_disjoint(exec_mask, sel_mask)
@@ -227,6 +426,20 @@ def skillgate(inputs: CreditInputs, cfg: CreditConfig) -> Credit:
             adv[i, r.name_start : r.name_end] = s
     weights = weights + _token_mean(sel_mask, cfg.selector_coef)
     return Credit(adv, weights, a, sel_adv)
+
+
+def utility(inputs: CreditInputs, cfg: CreditConfig) -> Credit:
+    """Skill1-style utility credit: :func:`skillgate` with a low-frequency per-skill signal on the names.
+
+    Execution tokens get ``A_i`` with the read calls out of the channel (as ``masked_exec``).
+    Read ``j``'s name tokens get ``V(name_j) - mean V`` over the group's reads, where ``V`` is
+    the per-skill running-average outcome in ``inputs.skill_values`` *before* this batch's
+    update (the trainer calls ``SkillValues.update`` after ``assign``). Weights, the
+    active-read sharing, ``lambda`` and the dynamic-sampling filter are exactly
+    :func:`skillgate`'s, so the two differ only in the selector signal. Raises ValueError
+    if ``read_names`` or ``skill_values`` is missing.
+    """
+    return _reference_two_channels(inputs, cfg, utility_advantages(inputs))
 
 
 def masked_exec(inputs: CreditInputs, cfg: CreditConfig) -> Credit:
@@ -256,6 +469,8 @@ Assigner = Callable[[CreditInputs, CreditConfig], Credit]
 ASSIGNERS: dict[str, Assigner] = {
     "outcome": outcome,
     "skillgate": skillgate,
+    "skillgate_tokenmean": skillgate_tokenmean,
+    "utility": utility,
     "masked_exec": masked_exec,
     "shaped": shaped,
     "selection_bc": selection_bc,

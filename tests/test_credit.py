@@ -18,14 +18,14 @@ def _read(cat, name_start, call_start=None, call_end=None):
     return ReadSpan(cat, name_start, name_start + 1, call_start, name_start + 2 if call_end is None else call_end)
 
 
-def _inputs(rewards, reads, lengths=None, group=None):
+def _inputs(rewards, reads, lengths=None, group=None, **extra):
     B = len(rewards)
     lengths = lengths or [T] * B
     mask = torch.zeros(B, T, dtype=torch.bool)
     for i, n in enumerate(lengths):
         mask[i, :n] = True
     group = torch.zeros(B, dtype=torch.long) if group is None else torch.tensor(group)
-    return CreditInputs(torch.tensor(rewards, dtype=torch.float64), group, mask, reads)
+    return CreditInputs(torch.tensor(rewards, dtype=torch.float64), group, mask, reads, **extra)
 
 
 def _flat(nested):
@@ -88,11 +88,11 @@ def test_skillgate_two_channels_by_hand():
 
 def test_skillgate_multiple_reads_get_zero_utility():
     reads = [[_read("oracle", 1), _read("misleading", 4)], [_read("oracle", 1)]]
-    c = credit.assign("skillgate", _inputs([1.0, 1.0], reads), NO_STD)
+    c = credit.assign("skillgate", _inputs([1.0, 0.0], reads), NO_STD)
     # u = [0, 0, 1]; mean over the group's three read actions is 1/3.
     assert [len(r) for r in c.read_adv] == [2, 1]
     assert _flat(c.read_adv) == pytest.approx([-1 / 3, -1 / 3, 2 / 3])
-    assert torch.all(c.advantages[:, 5:] == 0)  # equal rewards: no execution credit
+    assert c.advantages[0, 7] == 0.5 and c.advantages[1, 7] == -0.5
 
 
 def test_skillgate_no_reads_is_pure_outcome_on_execution():
@@ -137,7 +137,8 @@ def test_selection_bc_sets_the_supervised_coefficient():
 
 
 def test_registry_and_errors():
-    assert set(credit.ASSIGNERS) == {"outcome", "skillgate", "masked_exec", "shaped", "selection_bc"}
+    assert set(credit.ASSIGNERS) == {"outcome", "skillgate", "skillgate_tokenmean", "utility", "masked_exec", "shaped",
+                                     "selection_bc"}
     with pytest.raises(ValueError, match="unknown credit assigner 'grpo'"):
         credit.assign("grpo", _inputs(**GROUP))
     with pytest.raises(ValueError, match="read span"):
@@ -146,3 +147,143 @@ def test_registry_and_errors():
         _inputs([1.0, 0.0], [[]])
     with pytest.raises(ValueError, match="ends at 12 > T=10"):
         _inputs([1.0], [[ReadSpan("oracle", 10, 11, 9, 12)]])
+    with pytest.raises(ValueError, match="trajectory 1: 0 read_names for 1 reads"):
+        _inputs([1.0, 0.0], [[], [_read("oracle", 1)]], read_names=[[], []])
+
+
+# ------------------------------------------------------------------ the reference SkillGate weights
+
+# Three prompt groups (T = 10 policy tokens each):
+#   group 0, kept:     rewards [1, 0, 0]; a single oracle read with a two-token name (u=1), a misleading
+#                      read (u=0), no read. s = u - 1/2 = [+1/2, -1/2]: both reads active.
+#   group 1, kept:     rewards [1, 0]; a misleading and a relevant read, u = [0, 0], s = [0, 0]: inactive.
+#   group 2, filtered: rewards [1, 1]; an oracle and an irrelevant read, s would be [+1/2, -1/2].
+REFERENCE = dict(
+    rewards=[1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0],
+    reads=[[ReadSpan("oracle", 1, 3, 0, 4)], [_read("misleading", 1)], [], [_read("misleading", 1)],
+           [_read("relevant", 1)], [_read("oracle", 1)], [_read("irrelevant", 1)]],
+    group=[0, 0, 0, 1, 1, 2, 2],
+)
+
+
+def test_skillgate_shares_lambda_among_active_reads_by_hand():
+    inp = _inputs(**REFERENCE)
+    c = credit.assign("skillgate", inp, NO_STD)
+    assert c.groups_filtered == 1
+    assert c.read_adv == [[0.5], [-0.5], [], [0.0], [0.0], [0.0], [0.0]]
+    # Two active reads share lambda = 0.2: 0.1 each, the oracle's spread over its two name tokens.
+    assert c.weights[0, 1].item() == c.weights[0, 2].item() == pytest.approx(0.05)
+    assert c.weights[1, 1].item() == pytest.approx(0.1)
+    assert c.advantages[0, 1] == c.advantages[0, 2] == 0.5 and c.advantages[1, 1] == -0.5
+    # Zero-advantage reads get no weight although their group is kept.
+    assert c.weights[3, 1] == 0 and c.weights[4, 1] == 0
+    # Execution channel over the kept groups' tokens off the read calls: 6 + 7 + 10 + 7 + 7 = 37.
+    assert c.weights[0, 5].item() == pytest.approx(1 / 37) and c.weights[2, 0].item() == pytest.approx(1 / 37)
+    assert c.advantages[0, 5].item() == pytest.approx(2 / 3) and c.advantages[3, 5].item() == pytest.approx(0.5)
+    assert c.weights[0, 0] == c.weights[0, 3] == 0  # "<read>" and "</read>": in neither channel
+    # The filtered group carries nothing, whatever its selector signal.
+    assert torch.all(c.weights[5:] == 0) and torch.all(c.advantages[5:] == 0) and c.adv_exec[5:].tolist() == [0.0, 0.0]
+    # Each channel carries the plain loss's mass (1), the selector's times lambda.
+    torch.testing.assert_close(c.weights.sum(), torch.tensor(1.2, dtype=torch.float64))
+
+
+def test_tokenmean_ablation_keeps_the_kit_s_earlier_weights():
+    c = credit.assign("skillgate_tokenmean", _inputs(**REFERENCE), NO_STD)
+    assert c.groups_filtered == 0
+    # lambda over all 7 name tokens, zero-advantage and filtered-group reads included.
+    assert c.weights[0, 1].item() == c.weights[3, 1].item() == c.weights[5, 1].item() == pytest.approx(0.2 / 7)
+    assert c.read_adv[5] == [0.5] and c.read_adv[6] == [-0.5]  # the all-equal group keeps its selector signal
+    # Execution over every group: 37 + 7 + 7 = 51 tokens.
+    assert c.weights[5, 5].item() == pytest.approx(1 / 51)
+
+
+def test_kept_groups_follow_the_raw_rewards_only():
+    keep = credit.kept_groups(_inputs([0.5, 0.5 + 1e-13, 0.5, 0.5 + 1e-9, 1.0], [[]] * 5, group=[0, 0, 1, 1, 2]))
+    assert keep.tolist() == [False, False, True, True, False]  # a tie within 1e-12, a real gap, a group of one
+
+
+def test_every_group_filtered_gives_zero_weight():
+    reads = [[_read("oracle", 1)], [_read("misleading", 1)], [_read("oracle", 1)], []]
+    c = credit.assign("skillgate", _inputs([1.0, 1.0, 0.0, 0.0], reads, group=[0, 0, 1, 1]))
+    assert c.groups_filtered == 2
+    assert torch.all(c.weights == 0) and torch.all(c.advantages == 0) and _flat(c.read_adv) == [0.0, 0.0, 0.0]
+
+
+def test_active_read_outside_the_policy_tokens_raises():
+    reads = [[_read("oracle", 1)], [_read("misleading", 1)]]
+    with pytest.raises(ValueError, match="trajectory 0, read 0: name tokens \\[1, 2\\) are not all in response_mask"):
+        credit.assign("skillgate", _inputs([1.0, 0.0], reads, lengths=[1, 10]))
+    overlapping = [[_read("oracle", 1), ReadSpan("misleading", 1, 2, 1, 3)], [_read("oracle", 1)]]
+    with pytest.raises(ValueError, match="trajectory 0, read 1: .* overlap another read's name"):
+        credit.assign("skillgate", _inputs([1.0, 0.0], overlapping))
+
+
+# ------------------------------------------------------------------ Skill1-style utility credit
+
+
+def test_skill_values_running_average_by_hand():
+    v = credit.SkillValues(decay=0.9)
+    # "a" read by a success and by a failure (the failure reads it twice: counted once); "b" by the failure.
+    v.update([["a"], ["a", "a", "b"], []], torch.tensor([1.0, 0.0, 1.0]))
+    assert v.value("a") == 0.5 and v.value("b") == 0.0  # the first observation is the value
+    assert v.value("never-read") == 0.0
+    v.update([["a"]], [1.0])
+    assert v.value("a") == pytest.approx(0.9 * 0.5 + 0.1 * 1.0)
+    assert v.value("b") == 0.0  # not read this batch: unchanged
+    with pytest.raises(ValueError, match="2 name lists for 1 rewards"):
+        v.update([["a"], []], [1.0])
+    with pytest.raises(ValueError, match="decay < 1, got 1.0"):
+        credit.SkillValues(decay=1.0)
+
+
+# Group 0 (kept): V = [0.8], [0.2, 0.0 (never read)], [0.8]; mean 0.45 -> s = [0.35], [-0.25, -0.45], [0.35].
+# Group 1 (kept): three reads of "delta" (V = 0.1): the float mean is 0.1 + 1e-17, still no signal.
+# Group 2 (filtered): rewards [0, 0].
+UTILITY = dict(
+    rewards=[1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0],
+    reads=[[_read("oracle", 1)], [_read("misleading", 1), _read("relevant", 4)], [_read("oracle", 1)],
+           [_read("relevant", 1)], [_read("relevant", 1)], [_read("relevant", 1)],
+           [_read("oracle", 1)], [_read("misleading", 1)]],
+    group=[0, 0, 0, 1, 1, 1, 2, 2],
+    read_names=[["alpha"], ["beta", "gamma"], ["alpha"], ["delta"], ["delta"], ["delta"], ["alpha"], ["beta"]],
+)
+
+
+def _values():
+    return credit.SkillValues(values={"alpha": 0.8, "beta": 0.2, "delta": 0.1})
+
+
+def test_utility_by_hand():
+    values = _values()
+    c = credit.assign("utility", _inputs(**UTILITY, skill_values=values), NO_STD)
+    assert _flat(c.read_adv[:3]) == pytest.approx([0.35, -0.25, -0.45, 0.35])
+    assert c.read_adv[3:] == [[0.0]] * 5  # equal utilities (group 1) and the filtered group 2: no signal
+    assert c.groups_filtered == 1
+    # Four active reads share lambda: 0.05 on each one-token name; inactive names get nothing.
+    assert [c.weights[i, t].item() for i, t in [(0, 1), (1, 1), (1, 4), (2, 1)]] == pytest.approx([0.05] * 4)
+    assert c.weights[3, 1] == 0 and torch.all(c.weights[6:] == 0)
+    assert c.advantages[1, 4].item() == pytest.approx(-0.45)
+    # Execution: the masked_exec channel over the kept groups (7 + 4 + 7 + 7 + 7 + 7 = 39 tokens).
+    assert c.weights[1, 8].item() == pytest.approx(1 / 39) and c.advantages[1, 8].item() == pytest.approx(-1 / 3)
+    assert c.weights[1, 3] == 0  # the second read call's "<read>"
+    torch.testing.assert_close(c.weights.sum(), torch.tensor(1.2, dtype=torch.float64))
+    assert values.values == {"alpha": 0.8, "beta": 0.2, "delta": 0.1}  # assign reads the values, never updates them
+
+
+def test_utility_with_oracle_indicator_values_is_skillgate():
+    """With V = 1[oracle] and one read per trajectory, the two assigners differ in nothing."""
+    reads = [[_read("oracle", 1)], [_read("misleading", 1)], [_read("oracle", 2)], [], [_read("irrelevant", 3)]]
+    names = [["o"], ["m"], ["o"], [], ["i"]]
+    inp = _inputs([1.0, 0.0, 0.0, 1.0, 1.0], reads, group=[0, 0, 0, 1, 1], read_names=names,
+                  skill_values=credit.SkillValues(values={"o": 1.0, "m": 0.0, "i": 0.0}))
+    u, s = credit.assign("utility", inp), credit.assign("skillgate", inp)
+    torch.testing.assert_close(u.weights, s.weights)
+    torch.testing.assert_close(u.advantages, s.advantages)
+    assert u.read_adv == s.read_adv and s.read_adv[0] == [pytest.approx(1 / 3)]
+
+
+def test_utility_names_its_missing_inputs():
+    with pytest.raises(ValueError, match="CreditInputs.read_names is None"):
+        credit.assign("utility", _inputs(**GROUP))
+    with pytest.raises(ValueError, match="CreditInputs.skill_values is None"):
+        credit.assign("utility", _inputs(**GROUP, read_names=[["o"], ["m"], ["o"], []]))

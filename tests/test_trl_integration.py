@@ -1,10 +1,12 @@
-"""SkillGateGRPOTrainer on a tiny random Llama: TRL's per-token advantages and loss equal the kit's."""
+"""SkillGateGRPOTrainer on a tiny random Llama: TRL's per-token advantages and loss equal the kit's (and verl's)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
+import verl_light
 
 pytest.importorskip("trl")
 peft = pytest.importorskip("peft")
@@ -13,7 +15,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: E402
 from trl import GRPOConfig  # noqa: E402
 
-from skillgate_lib.credit import CreditInputs, ReadSpan, assign  # noqa: E402
+from skillgate_lib.credit import CreditInputs, ReadSpan, SkillValues, assign  # noqa: E402
 from skillgate_lib.integrations import ReadFormat, find_reads, read_spans  # noqa: E402
 from skillgate_lib.integrations.trl import SkillGateGRPOTrainer  # noqa: E402
 
@@ -21,19 +23,36 @@ WORDS = ["<pad>", "<s>", "</s>", "<unk>", "<read>", "</read>", "alpha-sort", "al
          "step", "ok", "done", "task:", "sort", "list", "slate:", "two", "words"]
 SLATE = {"alpha-sort": "oracle", "alpha-sorx": "misleading", "beta-merge": "relevant", "gamma-plot": "irrelevant"}
 # The first generation batch, scripted so that every kind of read occurs; the second is sampled.
+# Three prompt groups of four (TRL's layout: consecutive completions share a prompt):
+#   group 0, rewards [1, 0, 1, 0]: u = [1], [0], [0, 0], []: mean 1/4, all four reads active
+#   group 1, rewards [0, 0, 0, 0]: filtered (dynamic sampling), though its reads carry a signal
+#   group 2, rewards [1, 0, 1, 1]: u = [0], [0], [0]: kept, no read active (one has a two-token name)
 SCRIPT = [
     "<read> alpha-sort </read> step ok done </s>",  # single oracle read, success
     "<read> alpha-sorx </read> step done </s>",  # misleading read, failure
     "<read> alpha-sort </read> <read> beta-merge </read> step ok done </s>",  # two reads, success
     "step step done </s>",  # no read, failure
+    "<read> alpha-sort </read> step done </s>",
+    "<read> gamma-plot </read> step done </s>",
+    "<read> alpha-sort </read> step step done </s>",
+    "done </s>",
+    "<read> alpha-sorx </read> step ok done </s>",
+    "<read> beta-merge </read> step done </s>",
+    "<read> two words </read> step ok ok done </s>",  # an off-slate name
+    "step ok step done </s>",
 ]
 # Hand-made read spans of SCRIPT (word-level: token index = word index).
+ORACLE, MISLEADING = ReadSpan("oracle", 1, 2, 0, 3), ReadSpan("misleading", 1, 2, 0, 3)
 SCRIPT_READS = [
-    [ReadSpan("oracle", 1, 2, 0, 3)],
-    [ReadSpan("misleading", 1, 2, 0, 3)],
-    [ReadSpan("oracle", 1, 2, 0, 3), ReadSpan("relevant", 4, 5, 3, 6)],
-    [],
+    [ORACLE], [MISLEADING], [ORACLE, ReadSpan("relevant", 4, 5, 3, 6)], [],
+    [ORACLE], [ReadSpan("irrelevant", 1, 2, 0, 3)], [ORACLE], [],
+    [MISLEADING], [ReadSpan("relevant", 1, 2, 0, 3)], [ReadSpan("invalid", 1, 3, 0, 4)], [],
 ]
+SCRIPT_NAMES = [["alpha-sort"], ["alpha-sorx"], ["alpha-sort", "beta-merge"], [], ["alpha-sort"], ["gamma-plot"],
+                ["alpha-sort"], [], ["alpha-sorx"], ["beta-merge"], ["two words"], []]
+GROUP = torch.arange(len(SCRIPT)) // 4
+PROMPTS = ("task: sort list slate: alpha-sort alpha-sorx", "task: sort two words slate: beta-merge gamma-plot",
+           "task: list two words slate: alpha-sort gamma-plot")
 LAMBDA = 0.2
 
 
@@ -48,21 +67,29 @@ def _reward(completions, **_):
 
 
 class _Recording(SkillGateGRPOTrainer):
-    """Scripts the first generation and records what ``_compute_loss`` receives and returns."""
+    """Scripts the generations of the steps in ``script_steps``; records each generation batch before TRL
+    shuffles it (rows in prompt-group order) and the loss of each step."""
 
-    def __init__(self, *a, **k):
+    def __init__(self, *a, script_steps=(0,), **k):
         super().__init__(*a, **k)
-        self.seen: list[dict] = []
+        self.script_steps = set(script_steps)
+        self.generated: list[dict] = []
+        self.losses: list[torch.Tensor] = []
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
-        if self.state.global_step == 0:
+        if self.state.global_step in self.script_steps:
             return [self.processing_class(s, add_special_tokens=False)["input_ids"] for s in SCRIPT], None
         return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
 
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        self.generated.append({k: output[k].detach().cpu().clone()
+                               for k in ("completion_ids", "completion_mask", "advantages", "num_items_in_batch")})
+        return output
+
     def _compute_loss(self, model, inputs):
         loss = super()._compute_loss(model, inputs)
-        self.seen.append({k: inputs[k].detach().clone() for k in ("completion_ids", "completion_mask", "advantages", "num_items_in_batch")}
-                         | {"loss": loss.detach().clone()})
+        self.losses.append(loss.detach().cpu().clone())
         return loss
 
 
@@ -79,64 +106,107 @@ def test_find_reads_on_hand_made_tokens():
     assert [(r.name, r.name_start, r.call_end) for r in custom] == [("alpha-sort", 1, 3)]
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
+def _train(out, credit="skillgate", script_steps=(0,), **extra):
     torch.manual_seed(0)
     tok = _tokenizer()
     model = LlamaForCausalLM(LlamaConfig(vocab_size=len(WORDS), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
                                          pad_token_id=0, bos_token_id=1, eos_token_id=2))
-    rows = [{"prompt": p, "skill_names": list(SLATE), "skill_categories": list(SLATE.values())}
-            for p in ("task: sort list slate: alpha-sort alpha-sorx", "task: sort two words slate: beta-merge gamma-plot")]
-    out = tmp_path_factory.mktemp("trl")
-    args = GRPOConfig(output_dir=str(out), report_to="none", max_steps=2, num_generations=4, per_device_train_batch_size=4,
-                      max_completion_length=10, logging_steps=1, log_completions=True, use_cpu=True, bf16=False,
-                      learning_rate=5e-2, save_strategy="no", seed=0)
+    rows = [{"prompt": p, "skill_names": list(SLATE), "skill_categories": list(SLATE.values())} for p in PROMPTS]
+    args = GRPOConfig(output_dir=str(out), report_to="none", max_steps=2, num_generations=4,
+                      per_device_train_batch_size=len(SCRIPT), max_completion_length=10, logging_steps=1,
+                      use_cpu=True, bf16=False, learning_rate=5e-2, save_strategy="no", seed=0, **extra)
     trainer = _Recording(model=model, args=args, processing_class=tok, reward_funcs=_reward, train_dataset=Dataset.from_list(rows),
-                         peft_config=peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
+                         peft_config=peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"),
+                         credit=credit, script_steps=script_steps)
     before = {k: v.detach().clone() for k, v in trainer.model.named_parameters()}
     trainer.train()
-    after = dict(trainer.model.named_parameters())
-    return trainer, tok, before, after, out
+    return trainer, tok, before, dict(trainer.model.named_parameters())
 
 
-def _kit(batch, tok, reads):
-    mask = batch["completion_mask"].bool().cpu()
-    texts = tok.batch_decode(batch["completion_ids"], skip_special_tokens=True)
-    inputs = CreditInputs(torch.tensor(_reward(texts), dtype=torch.float64), torch.zeros(len(texts), dtype=torch.long), mask, reads)
-    return assign("skillgate", inputs), inputs
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("trl")
+    return (*_train(out, log_completions=True), out)
+
+
+def _lengths(batch) -> list[int]:
+    return [int(n) for n in batch["completion_mask"].sum(dim=1)]
+
+
+def _texts(batch, tok) -> list[str]:
+    return [tok.decode(ids[:n], skip_special_tokens=True) for ids, n in zip(batch["completion_ids"], _lengths(batch))]
+
+
+def _kit_inputs(batch, tok, scripted: bool, **extra) -> CreditInputs:
+    """The kit's view of a recorded generation batch: rows in TRL's order, ``num_generations`` per group."""
+    if scripted:
+        assert _texts(batch, tok) == [t.replace(" </s>", "") for t in SCRIPT]
+        reads = SCRIPT_READS
+    else:
+        reads = [read_spans(ids[:n].tolist(), tok, SLATE)[0] for ids, n in zip(batch["completion_ids"], _lengths(batch))]
+    rewards = torch.tensor(_reward(_texts(batch, tok)), dtype=torch.float64)
+    return CreditInputs(rewards, GROUP, batch["completion_mask"].bool(), reads, **extra)
 
 
 def test_trl_uses_the_kit_credit_token_by_token(run):
     trainer, tok, *_ = run
-    assert len(trainer.seen) == 2
-    for step, batch in enumerate(trainer.seen):
-        ids = batch["completion_ids"].cpu()
-        n = batch["completion_mask"].sum(dim=1).tolist()
-        if step == 0:  # rows are shuffled by TRL: match each to its scripted completion
-            order = [SCRIPT.index(tok.decode(ids[i, : int(n[i])]).replace("  ", " ")) for i in range(4)]
-            reads = [SCRIPT_READS[j] for j in order]
-        else:
-            reads = [read_spans(ids[i, : int(n[i])].tolist(), tok, SLATE)[0] for i in range(4)]
-        credit, inputs = _kit(batch, tok, reads)
+    assert len(trainer.generated) == len(trainer.losses) == 2
+    for step, (batch, loss) in enumerate(zip(trainer.generated, trainer.losses)):
+        inputs = _kit_inputs(batch, tok, scripted=step == 0)
+        credit = assign("skillgate", inputs)
         N = int(batch["num_items_in_batch"])
         assert N == int(inputs.response_mask.sum())
-        expected = (credit.advantages * credit.weights * N).float()
-        torch.testing.assert_close(batch["advantages"].cpu(), expected, rtol=1e-6, atol=1e-7)
+        torch.testing.assert_close(batch["advantages"], (credit.advantages * credit.weights * N).float(), rtol=1e-6, atol=1e-7)
         # On-policy first iteration the ratio is 1, so TRL's dapo loss is -sum(A') / N: the kit's -sum(weights * A).
-        torch.testing.assert_close(batch["loss"].cpu().double(), -(credit.weights * credit.advantages).sum(), rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(loss.double(), -(credit.weights * credit.advantages).sum(), rtol=1e-5, atol=1e-7)
+    assert trainer.state.log_history[0]["credit/groups_filtered"] == 1.0  # scripted group 1
 
-    # Step 0 by hand: u = [1, 0, 0, 0] over the 4 read actions -> the lone oracle read's name gets 1 - 1/4.
-    batch = trainer.seen[0]
-    texts = tok.batch_decode(batch["completion_ids"], skip_special_tokens=True)
-    first = next(i for i, t in enumerate(texts) if t == SCRIPT[0].replace(" </s>", ""))
-    N = 7 + 6 + 10 + 4
-    adv = batch["advantages"].cpu().double()
-    assert adv[first, 1].item() == pytest.approx(0.75 * LAMBDA / 4 * N, rel=1e-6)  # selector channel, 4 name tokens
-    assert adv[first, 0].item() == 0 and adv[first, 2].item() == 0  # "<read>" and "</read>": in neither channel
-    exec_tokens = N - (3 + 3 + 6)
-    a_success = 0.5 / (torch.tensor([1.0, 0, 1, 0]).std().item() + 1e-4)
-    assert adv[first, 3].item() == pytest.approx(a_success / exec_tokens * N, rel=1e-5)
+    # Step 0 by hand. Active reads: group 0's four (u = [1], [0], [0, 0], mean 1/4), one name token each.
+    adv = trainer.generated[0]["advantages"].double()
+    N = 27 + 21 + 27  # tokens per group (with </s>)
+    assert adv[0, 1].item() == pytest.approx(0.75 * LAMBDA / 4 * N, rel=1e-6)
+    assert adv[2, 4].item() == pytest.approx(-0.25 * LAMBDA / 4 * N, rel=1e-6)
+    assert adv[0, 0].item() == 0 and adv[0, 2].item() == 0  # "<read>" and "</read>": in neither channel
+    assert torch.all(adv[4:8] == 0)  # group 1: filtered
+    assert adv[8, 1].item() == 0 and adv[10, 1].item() == adv[10, 2].item() == 0  # group 2: no active read
+    exec_tokens = (27 - 12) + (27 - 10)  # groups 0 and 2, off their read calls
+    a0 = 0.5 / (torch.tensor([1.0, 0, 1, 0]).std().item() + 1e-4)
+    a2 = 0.25 / (torch.tensor([1.0, 0, 1, 1]).std().item() + 1e-4)
+    assert adv[0, 3].item() == pytest.approx(a0 / exec_tokens * N, rel=1e-5)
+    assert adv[8, 3].item() == pytest.approx(a2 / exec_tokens * N, rel=1e-5)
+
+
+def test_trl_verl_and_kit_give_the_same_token_weights(run):
+    """One batch (TRL's scripted step) through verl's reward-side annotation and estimator, too."""
+    verl_light.stub_ray_if_absent()
+    pytest.importorskip("verl.trainer.ppo.core_algos")
+    from skillgate_lib.integrations import verl as sg
+
+    trainer, tok, *_ = run
+    batch = trainer.generated[0]
+    lengths, scores = _lengths(batch), _reward(_texts(batch, tok))
+    slate = {"skill_names": list(SLATE), "skill_categories": list(SLATE.values())}
+    reads = [sg.decode_reads(sg.annotate(ids[:n].tolist(), tok, slate)[sg.READS_KEY])
+             for ids, n in zip(batch["completion_ids"], lengths)]
+    token_rewards = torch.zeros(batch["completion_mask"].shape)
+    for i, (n, r) in enumerate(zip(lengths, scores)):
+        token_rewards[i, n - 1] = r  # verl puts the score on the last response token
+    uids = np.array([f"prompt-{int(g)}" for g in GROUP], dtype=object)
+    verl_adv, _ = sg.compute_skillgate_advantage(token_rewards, batch["completion_mask"].float(), uids,
+                                                 config={"norm_adv_by_std_in_grpo": True}, reads=reads)
+    trl_adv = batch["advantages"]
+    torch.testing.assert_close(verl_adv, trl_adv, rtol=0, atol=0)
+
+    kit = assign("skillgate", _kit_inputs(batch, tok, scripted=True))
+    assert kit.groups_filtered == 1
+    N = int(batch["num_items_in_batch"])
+    support = kit.advantages != 0
+    implied = trl_adv.double()[support] / (kit.advantages[support] * N)  # each engine's weight on a token
+    torch.testing.assert_close(implied, kit.weights[support], rtol=1e-5, atol=1e-9)
+    assert torch.all(trl_adv[kit.weights == 0] == 0)
+    # The reference's weights on one name token: lambda / 4 active reads, 1 / 32 execution tokens elsewhere.
+    assert kit.weights[0, 1].item() == pytest.approx(LAMBDA / 4) and kit.weights[0, 3].item() == pytest.approx(1 / 32)
 
 
 def test_lora_moves_and_base_stays(run):
@@ -154,16 +224,41 @@ def test_completions_parquet_carries_channel_columns(run):
     for col in ("advantage", "response_tokens", "read_skills", "read_categories", "read_tok_start", "read_tok_end",
                 "adv_exec", "read_adv", "sel_weight", "credit"):
         assert col in first.columns, col
-    assert len(first) == 4 and set(first["credit"]) == {"skillgate"}
+    assert len(first) == len(SCRIPT) and set(first["credit"]) == {"skillgate"}
     by_text = {c: r for c, r in zip(first["completion"], first.itertuples())}
     two = by_text[SCRIPT[2].replace(" </s>", "")]
     assert list(two.read_skills) == ["alpha-sort", "beta-merge"] and list(two.read_categories) == ["oracle", "relevant"]
     assert list(two.read_tok_start) == [1, 4] and list(two.read_adv) == pytest.approx([-0.25, -0.25])
     assert two.response_tokens == 10 and 0 < two.sel_weight < 1
     assert by_text[SCRIPT[3].replace(" </s>", "")].sel_weight == 0
+    filtered = by_text[SCRIPT[4].replace(" </s>", "")]
+    assert list(filtered.read_adv) == [0.0] and filtered.adv_exec == 0 and filtered.sel_weight == 0
+    off_slate = by_text[SCRIPT[10].replace(" </s>", "")]
+    assert list(off_slate.read_skills) == ["two words"] and list(off_slate.read_categories) == ["invalid"]
+    assert list(off_slate.read_tok_end) == [3] and list(off_slate.read_adv) == [0.0] and off_slate.sel_weight == 0
     # TRL's own scalar column is the broadcast outcome advantage; adv_exec is the same number.
     assert first["adv_exec"].to_numpy() == pytest.approx(first["advantage"].to_numpy(), rel=1e-5)
     assert (out / "completions" / "completions_00002.parquet").is_file()
+
+
+def test_utility_credit_carries_skill_values_across_steps(tmp_path):
+    """Both steps scripted: step 0 sees only the prior (no name credit), step 1 the values step 0 left."""
+    trainer, tok, *_ = _train(tmp_path, credit="utility", script_steps=(0, 1))
+    # After step 0 (first observations): each skill's mean outcome over the trajectories that read it.
+    after_0 = {"alpha-sort": 0.5, "alpha-sorx": 0.5, "beta-merge": 0.5, "gamma-plot": 0.0, "two words": 1.0}
+    assert trainer.skill_values.values == pytest.approx(after_0)  # step 1 saw the same outcomes: unchanged
+    first, second = trainer.generated
+    name_tokens = [(0, 1), (1, 1), (2, 1), (2, 4), (8, 1), (9, 1), (10, 1), (10, 2)]  # of the kept groups
+    assert [first["advantages"][i, t].item() for i, t in name_tokens] == [0.0] * 8  # every V is the prior
+    # Step 1, group 2: V = 0.5, 0.5, 1.0 -> s = -1/6, -1/6, +1/3: three active reads share lambda (group 0's
+    # reads all have V = 0.5: no signal; group 1 is filtered).
+    adv, N = second["advantages"].double(), int(second["num_items_in_batch"])
+    assert adv[8, 1].item() == pytest.approx(-1 / 6 * LAMBDA / 3 * N, rel=1e-5)
+    assert adv[10, 1].item() == adv[10, 2].item() == pytest.approx(1 / 3 * LAMBDA / 3 / 2 * N, rel=1e-5)
+    assert [adv[i, t].item() for i, t in name_tokens[:4]] == [0.0] * 4
+    kit = assign("utility", _kit_inputs(second, tok, scripted=True, read_names=SCRIPT_NAMES,
+                                        skill_values=SkillValues(values=after_0)))
+    torch.testing.assert_close(second["advantages"], (kit.advantages * kit.weights * N).float(), rtol=1e-6, atol=1e-7)
 
 
 def test_refuses_loss_types_it_cannot_match(tmp_path):
@@ -182,9 +277,8 @@ def test_the_kit_audit_reads_the_trl_run(run):
     from skillgate_lib import audit, readers
 
     trainer, tok, *_, out = run
-    prompts = ("task: sort list slate: alpha-sort alpha-sorx", "task: sort two words slate: beta-merge gamma-plot")
-    tasks = readers.TaskTable([{"prompt": p, "skills": SLATE} for p in prompts])
+    tasks = readers.TaskTable([{"prompt": p, "skills": SLATE} for p in PROMPTS])
     # The sampled second step may hold empty completions: the audit names and counts them under --skip-bad.
     result = audit.run_audit(out, fmt="trl", tasks=tasks, tokenizer=tok, split=None, n_boot=50, skip_bad=True)
-    assert result.n_rows + sum(result.problems.skipped.values()) == 8  # two logged steps of 4 completions
-    assert result.n_rows >= 4 and 0 < result.overall["oracle_read"] <= 1
+    assert result.n_rows + sum(result.problems.skipped.values()) == 2 * len(SCRIPT)  # two logged steps
+    assert result.n_rows >= len(SCRIPT) and 0 < result.overall["oracle_read"] <= 1

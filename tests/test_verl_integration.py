@@ -1,32 +1,18 @@
 """The ``skillgate`` estimator through verl's own registry (and compute_advantage where verl's trainer imports).
 
-verl 0.9's package ``__init__`` imports ``verl.protocol``, which imports Ray at module
-level only for ``ray.ObjectRef`` annotations and ``DataProtoFuture.get``. The kit's light
-install has no Ray, so a minimal stand-in module is put in place when Ray is absent;
-nothing here calls it. ``verl.trainer.ppo.ray_trainer`` (home of ``compute_advantage``)
-needs the real Ray and verl's serving stack, so that one test skips on the light install.
+verl imports Ray at package import; on the kit's light install :mod:`verl_light` puts a
+stand-in in place. ``verl.trainer.ppo.ray_trainer`` (home of ``compute_advantage``) needs
+the real Ray and verl's serving stack, so that one test skips on the light install.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-import types
-
 import numpy as np
 import pytest
 import torch
+import verl_light
 
-if importlib.util.find_spec("ray") is None and importlib.util.find_spec("verl") is not None:
-    _ray = types.ModuleType("ray")
-    _ray.ObjectRef = type("ObjectRef", (), {})
-
-    def _unavailable(*_a, **_k):
-        raise RuntimeError("Ray is not installed (light verl install for tests)")
-
-    _ray.get = _ray.remote = _ray.put = _unavailable
-    sys.modules["ray"] = _ray
-
+verl_light.stub_ray_if_absent()
 core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
 from verl import DataProto  # noqa: E402
 from verl.trainer.config import AlgoConfig  # noqa: E402
@@ -35,10 +21,14 @@ from skillgate_lib.credit import CreditConfig, CreditInputs, ReadSpan, assign  #
 from skillgate_lib.integrations import verl as sg  # noqa: E402
 
 L = 8
-# Two prompt groups, interleaved on purpose: grouping must follow the uid, not the position.
-UIDS = ["p0", "p1", "p0", "p1", "p0", "p1"]
-SCORES = [1.0, 0.0, 0.0, 1.0, 1.0, 1.0]
-LENGTHS = [8, 6, 7, 8, 5, 3]
+# Four prompt groups, interleaved on purpose: grouping must follow the uid, not the position.
+#   p0: scores [1, 0, 1], reads u = [1], [0, 0], [0]: mean 1/4, four active reads
+#   p1: scores [0, 1, 1], reads u = [0], [], [1]: mean 1/2, two active reads (one with a two-token name)
+#   p2: scores [0, 0]: filtered (dynamic sampling), although its reads would carry a signal
+#   p3: scores [1, 0], reads u = [0], [0]: kept, but no read is active
+UIDS = ["p0", "p1", "p0", "p1", "p0", "p1", "p2", "p3", "p2", "p3"]
+SCORES = [1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0]
+LENGTHS = [8, 6, 7, 8, 5, 3, 6, 4, 5, 8]
 READS = [
     [ReadSpan("oracle", 1, 2, 0, 3)],
     [ReadSpan("misleading", 2, 4, 1, 5)],  # a two-token name
@@ -46,6 +36,10 @@ READS = [
     [],
     [ReadSpan("invalid", 1, 2, 0, 3)],
     [ReadSpan("oracle", 0, 1, 0, 2)],
+    [ReadSpan("oracle", 1, 2, 0, 3)],
+    [ReadSpan("relevant", 1, 2, 0, 3)],
+    [ReadSpan("irrelevant", 2, 3, 1, 4)],
+    [ReadSpan("misleading", 3, 5, 2, 6)],
 ]
 
 
@@ -65,7 +59,7 @@ def _batch() -> DataProto:
 
 def _kit(data: DataProto, scale: bool = True):
     mask = data.batch["response_mask"].bool()
-    group = torch.tensor([0 if u == "p0" else 1 for u in UIDS])
+    group = torch.tensor([sorted(set(UIDS)).index(u) for u in UIDS])
     inputs = CreditInputs(torch.tensor(SCORES, dtype=torch.float64), group, mask, READS)
     return assign("skillgate", inputs, CreditConfig(scale_rewards=scale)), int(mask.sum())
 
@@ -104,12 +98,18 @@ def test_selector_channel_by_hand():
             token_level_rewards=data.batch["token_level_rewards"], response_mask=data.batch["response_mask"],
             index=data.non_tensor_batch["uid"])
     n = sum(LENGTHS)
-    n_sel = 1 + 2 + 1 + 1 + 1 + 1  # name tokens
-    # Group p0 reads: row 0 oracle alone (u=1), row 2 two reads (u=0, 0), row 4 invalid (u=0): mean 1/4.
-    assert adv[0, 1].item() == pytest.approx(0.75 * 0.2 / n_sel * n, rel=1e-5)
-    assert adv[2, 1].item() == pytest.approx(-0.25 * 0.2 / n_sel * n, rel=1e-5)
-    # Group p1 reads: row 1 misleading (u=0), row 5 oracle alone (u=1): mean 1/2.
-    assert adv[1, 2].item() == adv[1, 3].item() == pytest.approx(-0.5 * 0.2 / n_sel * n, rel=1e-5)
+    share = 0.2 / 6  # lambda shared by the six active reads (p0: 4, p1: 2)
+    assert adv[0, 1].item() == pytest.approx(0.75 * share * n, rel=1e-5)  # p0's lone oracle read: 1 - 1/4
+    assert adv[2, 1].item() == adv[2, 4].item() == pytest.approx(-0.25 * share * n, rel=1e-5)
+    assert adv[1, 2].item() == adv[1, 3].item() == pytest.approx(-0.5 * share / 2 * n, rel=1e-5)  # two name tokens
+    assert adv[5, 0].item() == pytest.approx(0.5 * share * n, rel=1e-5)
+    assert adv[7, 1].item() == 0 and torch.all(adv[9, 3:5] == 0)  # p3's reads: zero advantage, no weight
+    assert torch.all(adv[6] == 0) and torch.all(adv[8] == 0)  # p2 is filtered
+    # Execution tokens of the kept groups off the read calls: 5 + 2 + 1 + 8 + 2 + 1 + 1 + 4 = 24.
+    a_p0 = (1 / 3) / (np.sqrt(1 / 3) + 1e-4)  # scores [1, 0, 1]: centred 1/3, unbiased std sqrt(1/3)
+    a_p3 = -0.5 / (np.sqrt(0.5) + 1e-4)
+    assert adv[0, 5].item() == pytest.approx(a_p0 / 24 * n, rel=1e-5)
+    assert adv[9, 7].item() == pytest.approx(a_p3 / 24 * n, rel=1e-5)
     assert adv[0, 0].item() == 0 and adv[1, 4].item() == 0  # read-call tokens outside the name: no channel
     assert torch.all(adv[3, 8:] == 0) and torch.all(adv[5, 3:] == 0)  # padding
 
@@ -130,7 +130,7 @@ def test_missing_or_mismatched_annotation_is_a_clear_error():
                   index=data.non_tensor_batch["uid"])
     with pytest.raises(RuntimeError, match="no read annotation.*skillgate_sync"):
         sg.compute_skillgate_advantage(**kwargs)
-    with pytest.raises(ValueError, match="6 rows but 1 read annotations"):
+    with pytest.raises(ValueError, match="10 rows but 1 read annotations"):
         sg.compute_skillgate_advantage(**kwargs, reads=[[]])
     with pytest.raises(ValueError, match="row 3: 'skillgate_reads' is not a JSON list"):
         sg.decode_reads('[["oracle", 1]]', where="row 3")

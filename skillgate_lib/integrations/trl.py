@@ -9,7 +9,15 @@ advantage (shape ``(B,)``) with a per-token one (shape ``(B, T)``, aligned with
 * groups: TRL's layout, ``num_generations`` consecutive completions per prompt;
 * reads: recovered from the sampled token ids by :func:`skillgate_lib.integrations.find_reads`,
   their categories from each row's ``skill_names`` / ``skill_categories`` columns;
-* response mask: ``completion_mask`` (times ``tool_mask`` when tools inject text).
+* response mask: ``completion_mask`` (times ``tool_mask`` when tools inject text);
+* for ``credit="utility"``: the names read and the trainer's :class:`~skillgate_lib.credit.SkillValues`,
+  updated after each training batch's credit.
+
+The assigner's dynamic-sampling filter (``skillgate``, ``utility``: prompt groups whose
+rewards all agree get zero weight) applies as is; TRL logs the count as
+``credit/groups_filtered``. A generation batch with every group filtered has all-zero
+advantages, hence a zero policy loss; unlike the kit's trainer, TRL still takes the
+optimizer step (Adam's momentum, weight decay and a ``beta > 0`` KL term still act).
 
 Normalisation (why the advantages are scaled). The kit's loss is
 ``sum_{i,t} weights[i,t] * surrogate(A[i,t])`` with each channel's token-mean and
@@ -51,7 +59,7 @@ from accelerate.utils import gather_object
 from datasets import Dataset
 from trl import GRPOTrainer
 
-from skillgate_lib.credit import ASSIGNERS, Credit, CreditConfig, CreditInputs, ReadSpan, assign
+from skillgate_lib.credit import ASSIGNERS, Credit, CreditConfig, CreditInputs, ReadSpan, SkillValues, assign
 from skillgate_lib.integrations import ReadFormat, read_spans
 
 NAMES_COLUMN = "skill_names"
@@ -75,11 +83,13 @@ class SkillGateGRPOTrainer(GRPOTrainer):
     read_format:   how read calls are written in completions
     names_column, categories_column: dataset columns holding each row's slate as
                    parallel lists of skill names and categories
+    skill_values:  the per-skill utilities ``credit="utility"`` starts from (default: a fresh
+                   :class:`~skillgate_lib.credit.SkillValues`); updated after each training batch
     """
 
     def __init__(self, *args: Any, credit: str = "skillgate", credit_config: CreditConfig | None = None,
                  read_format: ReadFormat = ReadFormat(), names_column: str = NAMES_COLUMN,
-                 categories_column: str = CATEGORIES_COLUMN, **kwargs: Any):
+                 categories_column: str = CATEGORIES_COLUMN, skill_values: SkillValues | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
         a = self.args
         if credit == "selection_bc":
@@ -103,6 +113,9 @@ class SkillGateGRPOTrainer(GRPOTrainer):
             raise ValueError(f"unknown credit assigner {credit!r}; choose one of: {', '.join(ASSIGNERS)}")
         self.credit_name, self.credit_config, self.read_format = credit, cfg, read_format
         self.names_column, self.categories_column = names_column, categories_column
+        if skill_values is None and credit == "utility":
+            skill_values = SkillValues()
+        self.skill_values = skill_values
         self._gathered_rewards: torch.Tensor | None = None
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -140,8 +153,11 @@ class SkillGateGRPOTrainer(GRPOTrainer):
         response_mask = acc.gather(acc.pad_across_processes(mask, dim=1, pad_index=0)).bool().cpu()
         rewards = self._outcome_rewards()
         group = torch.arange(len(rewards)) // num_generations
-        credit_inputs = CreditInputs(rewards, group, response_mask, reads)
+        credit_inputs = CreditInputs(rewards, group, response_mask, reads, names, self.skill_values)
         credit = assign(self.credit_name, credit_inputs, self.credit_config)
+        if self.skill_values is not None and mode == "train":
+            self.skill_values.update(names, rewards)  # after assign: a batch's credit sees earlier batches only
+        self._metrics[mode]["credit/groups_filtered"].append(float(credit.groups_filtered))
 
         rows = slice(acc.process_index * len(inputs), (acc.process_index + 1) * len(inputs))
         folded = fold_weights(credit, int(output["num_items_in_batch"]))

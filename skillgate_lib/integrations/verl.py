@@ -37,6 +37,13 @@ one update per batch, as in the reference recipe); with ``k`` mini-batches each 
 optimises its share of the kit's loss, times ``k``. No custom policy loss is needed.
 ``returns`` equals ``advantages`` (as for verl's GRPO; GRPO trains no critic).
 
+Dynamic sampling. The ``skillgate`` assigner gives every token of a prompt group whose
+rewards all agree zero weight and takes both channels' means over the kept groups; ``N``
+still counts the whole batch, so the identity above holds unchanged. verl's own DAPO
+filter (``algorithm.filter_groups.enable=true``, ``metric=reward``) removes such groups
+and refills the batch before advantages are computed, which is what the reference's
+over-sampling does; with it on, the assigner's filter finds nothing to drop.
+
 What the selector channel receives: ``index`` groups rollouts into prompt groups,
 outcome rewards are ``token_level_rewards.sum(-1)`` (verl puts the score on the last
 token), ``algorithm.norm_adv_by_std_in_grpo`` selects GRPO vs Dr. GRPO scaling, and
