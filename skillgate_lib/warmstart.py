@@ -67,6 +67,10 @@ class WarmStartConfig:
     """mixed: P(1 read), P(2 reads), P(3 reads)."""
     init: str = ""
     """Model directory to start from; empty = a fresh tiny Llama."""
+    variant_weight: float = 1.0
+    """Loss weight of the read's variant token (the cue copy) relative to every other token."""
+    constant_lr: bool = False
+    """Keep the peak lr after the warm-up instead of the cosine decay."""
     seed: int = 0
     """Seed of the model init and the demonstration stream."""
     threads: int = 2
@@ -129,8 +133,10 @@ def demo_episode(env: SkillSlateEnv, tokenizer, task, slate, reads: list[str]) -
     return ep, types + ["format"]
 
 
-def _schedule(opt, steps: int):
+def _schedule(opt, steps: int, constant: bool = False):
     warm = max(1, steps // 20)
+    if constant:
+        return torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm))
     return torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps))))
 
@@ -163,7 +169,7 @@ def warmstart(cfg: WarmStartConfig, env: SkillSlateEnv | None = None, progress: 
         tokenizer = load_tokenizer()
         model = tiny_llama(tokenizer)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01, betas=(0.9, 0.98))
-    sched = _schedule(opt, cfg.steps)
+    sched = _schedule(opt, cfg.steps, cfg.constant_lr)
     ckpt, log_path = out / "checkpoint.pt", out / "train_log.jsonl"
     config = dataclasses.asdict(cfg)
     start = 0
@@ -196,8 +202,12 @@ def warmstart(cfg: WarmStartConfig, env: SkillSlateEnv | None = None, progress: 
         batch = pack(episodes, tokenizer.pad_token_id)
         logits = response_logits(model, batch)
         mask = batch["response_mask"]
+        weight = mask.float()
+        if cfg.variant_weight != 1.0:
+            for i, ts in enumerate(types):
+                weight[i, : len(ts)] *= torch.tensor([cfg.variant_weight if t == "variant" else 1.0 for t in ts])
         logp = torch.gather(torch.log_softmax(logits, -1), 2, batch["response_ids"][..., None]).squeeze(-1)
-        loss = -(logp * mask).sum() / mask.sum()
+        loss = -(logp * weight).sum() / weight.sum()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -153,7 +153,9 @@ def test_missing_column_and_empty_input(tmp_path):
 
 
 def _tree_digest(root):
-    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
+    """Each path under ``root``: its bytes' digest (files) and its mtime (files and directories)."""
+    return {str(p): (hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir", p.stat().st_mtime_ns)
+            for p in sorted([root, *root.rglob("*")])}
 
 
 def test_cli_prints_table_writes_figures_and_never_touches_input(tmp_path, capsys):

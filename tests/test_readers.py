@@ -79,7 +79,7 @@ def write_verl(out_dir, lines=None):
 def _concat(tables) -> pd.DataFrame:
     df = pd.concat([t.to_pandas() for t in tables], ignore_index=True)
     for col in ("read_skills", "read_categories", "read_tok_start", "read_tok_end", "read_adv"):
-        df[col] = df[col].map(list)
+        df[col] = df[col].map(lambda v: None if v is None else list(v))
     return df
 
 
@@ -180,9 +180,21 @@ def test_trl_missing_column_names_file_and_field(tmp_path, opts):
         list(readers.read_trl(out, opts, readers.Problems()))
 
 
-def test_reads_without_task_metadata_are_an_error(tmp_path):
-    with pytest.raises(logs.ArtifactError, match="pass --tasks"):
-        list(readers.read_verl(write_verl(tmp_path / "verl"), readers.ReaderOptions(), readers.Problems()))
+def test_without_task_metadata_reads_are_found_but_not_categorised(tmp_path):
+    problems = readers.Problems()
+    got = _concat(readers.read_verl(write_verl(tmp_path / "verl"), readers.ReaderOptions(), problems))
+    assert got["read_categories"].isna().all() and not problems.any_skipped
+    cols = ["response_tokens", "reward", "read_skills", "read_tok_start", "read_tok_end", "sel_weight", "adv_exec"]
+    rows = lambda df: df.sort_values(cols[:2] + ["sel_weight"]).reset_index(drop=True)[cols]
+    pd.testing.assert_frame_equal(rows(got), rows(expected_table()), check_dtype=False)
+
+
+def test_task_missing_from_the_metadata_is_named(tmp_path):
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps(TASKS[0]) + "\n")
+    o = readers.ReaderOptions(tasks=readers.TaskTable.load(tasks))
+    with pytest.raises(logs.ArtifactError, match=r"5\.jsonl: line 4: field 'read_skills': no task in .*tasks\.jsonl matches"):
+        list(readers.read_verl(write_verl(tmp_path / "verl"), o, readers.Problems()))
 
 
 # ---------------------------------------------------------------------------- NeMo-RL

@@ -1,0 +1,208 @@
+"""The numbers behind notebook 04: the results table, success by horizon, the channel picture.
+
+Everything here reads committed run artifacts (``data/runs/compare/``, the runs at each
+method's selected learning rate) and returns DataFrames or figures.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import torch
+
+from skillgate_lib import credit as credit_lib
+from skillgate_lib import logs
+from skillgate_lib.compare import method_of, selected_runs
+
+#: The paper's headline table (9B model, DeepExperience/SkillGate), in percent.
+REFERENCE = pd.DataFrame(
+    [("SFT (RL init)", 40.8, 37.9, 61.8), ("Selection BC", 44.7, 71.4, 31.4), ("Skill-free RL", 46.0, 35.4, 55.0),
+     ("outcome-only RL", 47.0, 54.3, 69.6), ("Skill1-style utility credit", 44.7, 53.5, 45.5),
+     ("SkillGate", 53.2, 83.9, 21.8)],
+    columns=["method", "success", "oracle_read", "misleading_read"],
+)
+#: Display order of the kit's methods, and the reference row each stands for.
+ORDER = ("sft", "selection_bc", "skill_free", "outcome", "utility", "skillgate", "masked_exec", "shaped")
+REFERENCE_ROW = {"sft": "SFT (RL init)", "selection_bc": "Selection BC", "skill_free": "Skill-free RL",
+                 "outcome": "outcome-only RL", "utility": "Skill1-style utility credit", "skillgate": "SkillGate"}
+
+
+def runs(root: str | Path) -> list[Path]:
+    """The runs under ``root`` at each method's selected learning rate, sorted by name."""
+    return selected_runs(root)
+
+
+def final_eval_trajectories(root: str | Path) -> pd.DataFrame:
+    """Eval trajectories of every run at step 0 (labelled ``sft``) and at its last step (its method)."""
+    frames = []
+    for run in runs(root):
+        config = logs.read_config(run)
+        ev = logs.read_run(run, split="eval")
+        last = ev["step"].max()
+        frames.append(ev[ev["step"] == 0].assign(method="sft", seed=config["seed"], run=run.name))
+        frames.append(ev[ev["step"] == last].assign(method=method_of(config), seed=config["seed"], run=run.name))
+    df = pd.concat(frames, ignore_index=True)
+    df["oracle_read"] = df["read_categories"].map(lambda c: "oracle" in c)
+    df["misleading_read"] = df["read_categories"].map(lambda c: "misleading" in c)
+    df["reads"] = df["read_categories"].map(len)
+    # Every run's step-0 evaluation is the same warm start: keep one copy per seed.
+    sft = df[df["method"] == "sft"].drop_duplicates(["seed", "task_id", "rollout"])
+    return pd.concat([sft, df[df["method"] != "sft"]], ignore_index=True)
+
+
+def results_table(traj: pd.DataFrame) -> pd.DataFrame:
+    """The paper-shaped table: method x domain success, overall, oracle-read, misleading-read, reads per trial.
+
+    Percentages; ``±`` columns are the standard deviation over seeds of the per-seed value.
+    """
+    per_seed = traj.groupby(["method", "seed"]).agg(
+        success=("success", "mean"), oracle_read=("oracle_read", "mean"),
+        misleading_read=("misleading_read", "mean"), reads=("reads", "mean"))
+    by_domain = traj.groupby(["method", "seed", "domain"])["success"].mean().unstack("domain")
+    per_seed = per_seed.join(by_domain)
+    pct = [c for c in per_seed.columns if c != "reads"]
+    per_seed[pct] = per_seed[pct] * 100
+    mean = per_seed.groupby("method").mean()
+    std = per_seed.groupby("method").std(ddof=1).fillna(0.0)
+    seeds = per_seed.groupby("method").size().rename("seeds")
+    domains = sorted(by_domain.columns)
+    cols = domains + ["success", "oracle_read", "misleading_read", "reads"]
+    out = mean[cols].round(1)
+    for c in ("success", "oracle_read", "misleading_read", "reads"):
+        out[f"{c}_sd"] = std[c].round(1 if c != "reads" else 2)
+    out["reads"] = mean["reads"].round(2)
+    out = out.join(seeds)
+    return out.reindex([m for m in ORDER if m in out.index]).reset_index()
+
+
+def by_horizon(traj: pd.DataFrame, measures=("success", "oracle_read")) -> pd.DataFrame:
+    """Held-out rates by horizon H per method: mean over seeds, seed sd and seed count (long form)."""
+    per_seed = traj.groupby(["method", "seed", "horizon"])[list(measures)].mean().reset_index()
+    long = per_seed.melt(id_vars=["method", "seed", "horizon"], var_name="measure", value_name="value")
+    out = (long.groupby(["measure", "method", "horizon"])["value"]
+           .agg(mean="mean", sd=lambda x: x.std(ddof=1) if len(x) > 1 else 0.0, seeds="size").reset_index())
+    order = {m: i for i, m in enumerate(ORDER)}
+    return out.sort_values(["measure", "method", "horizon"], key=lambda c: c.map(order) if c.name == "method" else c,
+                           ignore_index=True)
+
+
+def gain_by_horizon(traj: pd.DataFrame, method: str, baseline: str) -> pd.DataFrame:
+    """Per horizon: success of ``method`` minus ``baseline`` (percentage points), mean and sd over paired seeds."""
+    per_seed = traj[traj["method"].isin([method, baseline])].groupby(["method", "seed", "horizon"])["success"].mean()
+    wide = per_seed.unstack("method")
+    if method not in wide or baseline not in wide:
+        raise ValueError(f"gain_by_horizon: need runs of both {method!r} and {baseline!r}, found {sorted(wide.columns)}")
+    diff = ((wide[method] - wide[baseline]) * 100).dropna().reset_index(name="gain_pp")
+    return (diff.groupby("horizon")["gain_pp"]
+            .agg(mean="mean", sd=lambda x: x.std(ddof=1) if len(x) > 1 else 0.0, seeds="size").round(1).reset_index())
+
+
+def _inputs(sample: dict) -> credit_lib.CreditInputs:
+    B = len(sample["tokens"])
+    T = max(len(t) for t in sample["tokens"])
+    mask = torch.zeros(B, T, dtype=torch.bool)
+    for i, m in enumerate(sample["policy_mask"]):
+        mask[i, : len(m)] = torch.tensor(m, dtype=torch.bool)
+    return credit_lib.CreditInputs(
+        rewards=torch.tensor(sample["rewards"], dtype=torch.float64), group=torch.zeros(B, dtype=torch.long),
+        response_mask=mask, reads=[[credit_lib.ReadSpan(**r) for r in rs] for rs in sample["reads"]])
+
+
+def pick_sample(samples: list[dict]) -> tuple[dict, int]:
+    """A group and trajectory that shows starvation best: a single oracle read that *failed*
+    while a group-mate succeeded (broadcast GRPO pushes that correct choice down); else a lucky
+    non-oracle success; else any trajectory with a read."""
+    def find(cond):
+        for s in samples:
+            for i, rs in enumerate(s["reads"]):
+                if cond(s, i, rs):
+                    return s, i
+        return None
+
+    return (find(lambda s, i, rs: len(rs) == 1 and rs[0]["category"] == "oracle" and s["rewards"][i] == 0
+                 and max(s["rewards"]) > 0)
+            or find(lambda s, i, rs: rs and rs[0]["category"] != "oracle" and s["rewards"][i] > 0 and min(s["rewards"]) == 0)
+            or find(lambda s, i, rs: bool(rs))
+            or (samples[0], 0))
+
+
+def channel_tokens(sample: dict, index: int, methods=("outcome", "skillgate"),
+                   cfg: credit_lib.CreditConfig | None = None) -> pd.DataFrame:
+    """Per-token credit of one trajectory under each method, recomputed with :mod:`skillgate_lib.credit`.
+
+    Columns: method, position, token, role (``selector`` / ``read call`` / ``execution`` /
+    ``environment``), advantage, weight, signal = advantage x weight x (policy tokens).
+    """
+    inputs = _inputs(sample)
+    sel = credit_lib.selector_mask(inputs)[index]
+    call = credit_lib.read_call_mask(inputs)[index]
+    tokens = sample["tokens"][index]
+    policy = inputs.response_mask[index]
+    rows = []
+    for method in methods:
+        c = credit_lib.assign(method, inputs, cfg)
+        scale = float(inputs.response_mask.sum())
+        for t, tok in enumerate(tokens):
+            role = ("environment" if not policy[t] else "selector" if sel[t] else "read call" if call[t] else "execution")
+            rows.append(dict(method=method, position=t, token=tok, role=role, advantage=float(c.advantages[index, t]),
+                             weight=float(c.weights[index, t]), signal=float(c.advantages[index, t] * c.weights[index, t]) * scale))
+    return pd.DataFrame(rows)
+
+
+def plot_channel_tokens(df: pd.DataFrame, per_line: int = 16) -> plt.Figure:
+    """Tokens as coloured boxes, one panel per method: blue pushed up, red pushed down, grey no loss;
+    a thick outline marks the selector (skill-name) tokens."""
+    methods = list(dict.fromkeys(df["method"]))
+    n = int(df["position"].max()) + 1
+    lines = int(np.ceil(n / per_line))
+    fig, axes = plt.subplots(len(methods), 1, figsize=(per_line * 0.78, 0.42 * lines * len(methods) + 0.9))
+    vmax = max(1e-9, df.loc[df["role"] != "environment", "signal"].abs().max())
+    cmap = plt.get_cmap("RdBu")
+    for ax, method in zip(np.atleast_1d(axes), methods):
+        sub = df[df["method"] == method]
+        for _, r in sub.iterrows():
+            x, y = r["position"] % per_line, -(r["position"] // per_line)
+            color = "#e6e6e6" if r["weight"] == 0 else cmap(0.5 + 0.5 * r["signal"] / vmax)
+            ax.add_patch(plt.Rectangle((x, y - 0.8), 0.96, 0.8, facecolor=color,
+                                       edgecolor="black" if r["role"] == "selector" else "none",
+                                       linewidth=2.0 if r["role"] == "selector" else 0))
+            label = r["token"] if len(r["token"]) <= 9 else r["token"][:8] + "…"
+            ax.text(x + 0.48, y - 0.4, label, ha="center", va="center", fontsize=6)
+        ax.set(xlim=(0, per_line), ylim=(-lines, 0.05), title=f"{method}: per-token credit (advantage x loss weight)")
+        ax.axis("off")
+    fig.tight_layout()
+    return fig
+
+
+def plot_by_horizon(df: pd.DataFrame) -> plt.Figure:
+    """One panel per measure of :func:`by_horizon`: mean +- seed sd by horizon for every method."""
+    from skillgate_lib.plots import METHOD_COLORS
+
+    measures = list(dict.fromkeys(df["measure"]))
+    fig, axes = plt.subplots(1, len(measures), figsize=(4.8 * len(measures), 3.4), squeeze=False)
+    for ax, measure in zip(axes[0], measures):
+        for method, sub in df[df["measure"] == measure].groupby("method", sort=False):
+            ax.errorbar(sub["horizon"], sub["mean"], yerr=sub["sd"], marker="o", ms=3, capsize=2, label=method,
+                        color=METHOD_COLORS.get(method))
+        ax.set(xlabel="horizon H (execution steps)", ylabel=f"held-out {measure.replace('_', '-')}", ylim=(-0.02, 1.02))
+    axes[0][0].legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    return fig
+
+
+def results_markdown(table: pd.DataFrame) -> str:
+    """The results table as Markdown: kit rows (mean +- sd over seeds) beside the paper's numbers."""
+    ref = REFERENCE.set_index("method")
+    lines = ["| method | seeds | success % | oracle read % | misleading read % | reads / trial | "
+             "paper: success | paper: oracle read | paper: misleading read |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for _, r in table.iterrows():
+        paper = ref.loc[REFERENCE_ROW[r["method"]]] if r["method"] in REFERENCE_ROW else None
+        cells = [f"{r[c]:.1f} ± {r[c + '_sd']:.1f}" for c in ("success", "oracle_read", "misleading_read")]
+        cells.append(f"{r['reads']:.2f} ± {r['reads_sd']:.2f}")
+        ref_cells = [f"{paper[c]:.1f}" for c in ("success", "oracle_read", "misleading_read")] if paper is not None else ["–"] * 3
+        lines.append(f"| {r['method']} | {int(r['seeds'])} | " + " | ".join(cells + ref_cells) + " |")
+    return "\n".join(lines) + "\n"

