@@ -39,6 +39,10 @@ def warm_eval(env):
     return summarize(episodes), episode_table(episodes)
 
 
+# Measured on the committed tiny-base (3,000 oracle-only steps): oracle-read 13.3 %, step accuracy
+# 0.848, success at H = 8 3.4 % at T = 1. The lookup was learnt (teacher-forced value accuracy 1.00),
+# the cue copy was not (variant accuracy at chance throughout). Strict: passing is news to report.
+@pytest.mark.xfail(strict=True, reason="issue 10 open: the committed base has not learnt to copy the cue (oracle-read 13 %)")
 def test_capacity_model_selects_by_cue_and_executes(base_eval):
     s, df = base_eval
     assert s["eval/oracle_read"] >= 0.95, s["eval/oracle_read"]
