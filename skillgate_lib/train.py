@@ -175,7 +175,7 @@ def _config_record(cfg: TrainConfig) -> dict:
 
 
 #: Settings a resumed run may change without changing its numbers.
-_RESUMABLE = {"threads", "run_dir"}
+_RESUMABLE = {"threads", "run_dir", "steps"}  # a longer budget continues the same run
 
 
 def _check_resume_config(run_dir: Path, cfg: TrainConfig) -> None:

@@ -92,7 +92,7 @@ def test_existing_run_is_not_overwritten(tiny_model_dir, tmp_path):
 
 def test_resume_with_other_settings_names_the_fields(tiny_model_dir, tmp_path):
     train.train(_cfg(tiny_model_dir, tmp_path / "r", steps=1, eval_every=1), progress=False)
-    with pytest.raises(ValueError, match=r"config.json.*lr: 0.01 in the run, 0.5 now.*seed: 0 in the run, 3 now"):
+    with pytest.raises(ValueError, match=r"config.json.*seed: 0 in the run, 3 now.*lr: 0.01 in the run, 0.5 now"):
         train.train(_cfg(tiny_model_dir, tmp_path / "r", steps=2, eval_every=1, lr=0.5, seed=3), progress=False,
                     resume=True)
 
