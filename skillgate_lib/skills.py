@@ -6,22 +6,21 @@ a Markdown body that states the procedure::
 
     ---
     name: ledger-credit-amber
-    description: ledger credit the total , mark amber
+    description: credit total
     metadata:
       domain: ledger
       family: credit
       variant: amber
     ---
-    rule : add 3 . new total = old total + 3 , last digit .
+    0>2 1>3 2>8 3>6 4>0 5>5 6>4 7>7 8>9 9>1
 
 The library lives at ``data/skills/<domain>/<name>/SKILL.md``; the directory name
 must equal ``name``. A *slate* is what the policy sees for one task: the oracle
 (same domain, family and variant as the task), *misleading* look-alikes (same
-family, other variants: the description differs only in the ``mark`` word, the
-body only in the parameter), *relevant* skills (same domain, other families) and
-*irrelevant* ones (other domains). Relevant and irrelevant candidates never carry
-the oracle's variant word, so the task's cue ``mark <variant>`` occurs on exactly
-one slate line: the oracle's.
+family, other variants: the same description, another variant word in the name,
+another body), *relevant* skills (same domain, other families) and *irrelevant* ones
+(other domains). Relevant and irrelevant candidates never carry the oracle's variant
+word, so the task's cue ``mark <variant>`` names exactly one slate candidate: the oracle.
 """
 
 from __future__ import annotations
@@ -135,9 +134,6 @@ class Candidate:
     name: str
     description: str
     category: str  # one of SLATE_CATEGORIES
-
-    def line(self) -> str:
-        return f"{self.name} : {self.description}"
 
 
 @dataclass(frozen=True)

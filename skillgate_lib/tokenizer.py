@@ -1,7 +1,7 @@
 """The word-level tokenizer of the embedded tiny model, and char-span -> token-span bookkeeping.
 
 One token per whitespace-separated word (``WordLevel`` + ``WhitespaceSplit``), so
-every skill name such as ``ledger-credit-amber`` is exactly one token and a text's
+every word of a skill name (``ledger credit amber``) and every table entry (``3>7``) is one token and a text's
 tokens are the concatenation of its whitespace-separated pieces' tokens. No special
 token is added on encode; ``<s>`` / ``</s>`` / ``<pad>`` / ``<unk>`` are registered for
 the model to use. The vocabulary is built from the environment

@@ -84,10 +84,6 @@ class Task:
     gold_steps: tuple[str, ...]  # the H correct step lines
     gold_answer: str  # the correct answer symbol
 
-    @property
-    def inputs(self) -> tuple[str, ...]:
-        return (self.start,)
-
 
 @dataclass(frozen=True)
 class Read:
