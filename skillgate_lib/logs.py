@@ -47,6 +47,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -111,6 +112,56 @@ def _atomic_write_bytes(path: Path, payload: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_torch_save(obj: Any, path: str | Path) -> None:
+    """``torch.save`` to a temporary file beside ``path``, fsynced, then renamed over it.
+
+    A process killed mid-write leaves the previous ``path`` intact (and a ``.*.tmp`` file
+    that :meth:`RunWriter.remove_partial_writes` clears on resume).
+    """
+    import torch
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            torch.save(obj, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def truncate_jsonl(path: str | Path, after_step: int) -> None:
+    """Keep the lines of a JSON-lines log with ``step <= after_step`` (used when resuming).
+
+    A last line without its newline is one a kill cut mid-write: lines are logged before
+    the checkpoint of their step, so it belongs to a step after the checkpoint and is
+    dropped. Any other unreadable line is an error naming it, and the log is left as it is.
+    """
+    path = Path(path)
+    if not path.exists():
+        return
+    text = path.read_text()
+    lines = text.splitlines()
+    if lines and not text.endswith("\n"):
+        lines.pop()
+    kept = []
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            step = json.loads(line)["step"]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise ArtifactError(f"{path}: line {lineno}: not a JSON object with a 'step'; "
+                                "the log is damaged, so the run is not resumed") from None
+        if step <= after_step:
+            kept.append(line)
+    _atomic_write_bytes(path, "".join(ln + "\n" for ln in kept).encode())
 
 
 def validate_trajectories(df: pd.DataFrame, source: str = "<table>") -> None:
@@ -191,16 +242,23 @@ class RunWriter:
         with self.samples_path.open("a") as fh:
             fh.write(json.dumps(row, default=float) + "\n")
 
+    def remove_partial_writes(self) -> list[Path]:
+        """Delete the temporary files a killed run left behind (``.*.tmp``); returns them."""
+        stray = [*self.run_dir.glob(".*.tmp"), *(self.run_dir / "trajectories").glob(".*.tmp")]
+        for path in stray:
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        return stray
+
     def truncate_metrics(self, after_step: int) -> None:
-        """Keep only metrics and sample lines with ``step <= after_step`` (used when resuming)."""
+        """Keep only metrics and sample lines (and trajectory parts) with ``step <= after_step``."""
         for path in (self.metrics_path, self.samples_path):
-            if path.exists():
-                kept = [ln for ln in path.read_text().splitlines() if ln and json.loads(ln)["step"] <= after_step]
-                _atomic_write_bytes(path, "".join(ln + "\n" for ln in kept).encode())
+            truncate_jsonl(path, after_step)
         for part in (self.run_dir / "trajectories").glob("step-*.parquet"):
             if int(part.stem.split("-")[1]) > after_step:
                 part.unlink()
-
 
     def write_trajectories(self, records: pd.DataFrame | Iterable[Mapping[str, Any]], step: int, split: str) -> Path:
         table = to_arrow(records)

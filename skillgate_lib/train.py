@@ -165,9 +165,7 @@ def _save_checkpoint(run_dir: Path, model, opt, step: int, skill_values=None) ->
 
     state = {"step": step, "adapter": get_peft_model_state_dict(model), "optimizer": opt.state_dict(),
              "skill_values": skill_values}
-    tmp = run_dir / ".checkpoint.pt.tmp"
-    torch.save(state, tmp)
-    os.replace(tmp, _checkpoint_path(run_dir))
+    logs.atomic_torch_save(state, _checkpoint_path(run_dir))
 
 
 def _config_record(cfg: TrainConfig) -> dict:
@@ -279,6 +277,8 @@ def train(cfg: TrainConfig, progress: bool = True, resume: bool = False) -> pd.D
     if resume and (run_dir / "config.json").exists():
         _check_resume_config(run_dir, cfg)
     writer = logs.RunWriter(run_dir)
+    if resume:
+        writer.remove_partial_writes()
     env, eval_env = make_env(cfg), make_env(cfg, train=False)
     base, tokenizer = load_policy(cfg.model)
     model = _lora(base, cfg)

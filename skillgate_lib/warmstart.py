@@ -26,7 +26,6 @@ import argparse
 import dataclasses
 import json
 import math
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +34,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from . import paths
+from . import logs, paths
 from .batching import pack, response_logits
 from .cli import add_fields, from_args
 from .env import SkillSlateEnv, load_tokenizer, mixed_reads
@@ -183,9 +182,7 @@ def warmstart(cfg: WarmStartConfig, env: SkillSlateEnv | None = None, progress: 
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
         start = state["step"]
-    if log_path.exists():  # drop log lines past the checkpoint (a run killed between the two)
-        keep = [line for line in log_path.read_text().splitlines() if line and json.loads(line)["step"] <= start]
-        log_path.write_text("".join(line + "\n" for line in keep))
+    logs.truncate_jsonl(log_path, start)  # drop log lines past the checkpoint (a run killed between the two)
     bar = tqdm(range(start, cfg.steps), desc=f"warm start ({cfg.read_pool})", disable=not progress,
                initial=start, total=cfg.steps)
     model.train()
@@ -223,8 +220,7 @@ def warmstart(cfg: WarmStartConfig, env: SkillSlateEnv | None = None, progress: 
         if (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
             state = {"step": step + 1, "config": json.loads(json.dumps(config)), "model": model.state_dict(),
                      "optimizer": opt.state_dict(), "scheduler": sched.state_dict()}
-            torch.save(state, out / ".checkpoint.pt.tmp")
-            os.replace(out / ".checkpoint.pt.tmp", ckpt)
+            logs.atomic_torch_save(state, ckpt)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     (out / "warmstart_config.json").write_text(json.dumps(config, indent=2) + "\n")
