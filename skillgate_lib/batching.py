@@ -7,40 +7,71 @@ import torch.nn.functional as F
 
 
 def pack(episodes, pad: int) -> dict[str, torch.Tensor]:
-    """Right-padded prompt+response batch of :class:`~skillgate_lib.rollout.Episode` s.
+    """Prompt+response batch of :class:`~skillgate_lib.rollout.Episode` s, responses aligned.
 
-    Returns input_ids (B, S), attention_mask (B, S), response_mask (B, T) bool (policy
-    tokens), response_ids (B, T) and ``columns`` (B, T): the column of ``input_ids`` whose
-    logits predict each response token.
+    Prompts are left-padded to the longest prompt P and responses right-padded to the
+    longest response T, so every response starts at column P and the logits that predict
+    response tokens are the same T columns for every row (the model computes no logits for
+    the prompt). Returns input_ids (B, P+T), attention_mask (B, P+T), position_ids (B, P+T),
+    response_ids (B, T), response_mask (B, T) bool (policy tokens), and for prompt sharing
+    ``unique`` (rows with distinct prompts) and ``source`` (B,): each row's index in ``unique``.
     """
     B = len(episodes)
-    S = max(len(e.prompt_ids) + len(e.response_ids) for e in episodes)
+    P = max(len(e.prompt_ids) for e in episodes)
     T = max(len(e.response_ids) for e in episodes)
-    input_ids = torch.full((B, S), pad, dtype=torch.long)
-    attention = torch.zeros((B, S), dtype=torch.long)
+    input_ids = torch.full((B, P + T), pad, dtype=torch.long)
+    attention = torch.zeros((B, P + T), dtype=torch.long)
     response_ids = torch.full((B, T), pad, dtype=torch.long)
     response_mask = torch.zeros((B, T), dtype=torch.bool)
-    columns = torch.zeros((B, T), dtype=torch.long)
     for i, e in enumerate(episodes):
-        P, R = len(e.prompt_ids), len(e.response_ids)
-        input_ids[i, : P + R] = torch.tensor(e.prompt_ids + e.response_ids)
-        attention[i, : P + R] = 1
-        response_ids[i, :R] = torch.tensor(e.response_ids)
-        response_mask[i, :R] = torch.tensor(e.policy_mask, dtype=torch.bool)
-        columns[i] = torch.arange(P - 1, P - 1 + T).clamp(max=S - 1)  # logits at column c predict token c+1
-    return dict(input_ids=input_ids, attention_mask=attention, response_ids=response_ids, response_mask=response_mask,
-                columns=columns)
+        p, r = len(e.prompt_ids), len(e.response_ids)
+        input_ids[i, P - p : P + r] = torch.tensor(e.prompt_ids + e.response_ids)
+        attention[i, P - p : P + r] = 1
+        response_ids[i, :r] = torch.tensor(e.response_ids)
+        response_mask[i, :r] = torch.tensor(e.policy_mask, dtype=torch.bool)
+    positions = (attention.cumsum(-1) - 1).clamp_min(0)
+    unique, source = _prompt_groups(episodes)
+    return dict(input_ids=input_ids, attention_mask=attention, position_ids=positions, response_ids=response_ids,
+                response_mask=response_mask, unique=unique, source=source)
 
 
-def response_logits(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """(B, T, V) float32 logits that predict each response token."""
+def _prompt_groups(episodes) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows with distinct prompts (``unique``, first occurrence) and each row's index among them (``source``)."""
+    first: dict[tuple[int, ...], int] = {}
+    source = [first.setdefault(tuple(e.prompt_ids), len(first)) for e in episodes]
+    unique = sorted({tuple(e.prompt_ids): i for i, e in reversed(list(enumerate(episodes)))}.values())
+    return torch.tensor(unique, dtype=torch.long), torch.tensor(source, dtype=torch.long)
+
+
+def response_logits(model, batch: dict[str, torch.Tensor], share_prompts: bool = True) -> torch.Tensor:
+    """(B, T, V) float32 logits that predict each response token.
+
+    With ``share_prompts`` (and rows sharing a prompt, as GRPO groups do) each distinct
+    prompt runs once and its key/value cache is copied to the rows that share it, under
+    autograd: the response forward attends to it and gradients flow back through the copy.
+    The same numbers as one forward over every row (up to rounding), with the prompt
+    computed once per group instead of G times. No logits are computed for prompt tokens.
+    """
     device = next(model.parameters()).device
-    logits = model(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device)).logits
-    cols = batch["columns"].to(device)
-    return torch.gather(logits, 1, cols[..., None].expand(-1, -1, logits.shape[-1])).float()
+    ids, attn, pos = (batch[k].to(device) for k in ("input_ids", "attention_mask", "position_ids"))
+    T = batch["response_ids"].shape[1]
+    P = ids.shape[1] - T
+    unique, source = batch["unique"].to(device), batch["source"].to(device)
+    if not share_prompts or len(unique) == len(source):
+        return model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=T + 1).logits[:, :T].float()
+    pre = model(input_ids=ids[unique, :P], attention_mask=attn[unique, :P], position_ids=pos[unique, :P],
+                use_cache=True, logits_to_keep=1)
+    first = pre.logits[source, -1:].float()  # column P-1 predicts response token 0
+    if T == 1:
+        return first
+    cache = pre.cache
+    cache.batch_select_indices(source)
+    out = model(input_ids=ids[:, P : P + T - 1], attention_mask=attn[:, : P + T - 1], position_ids=pos[:, P : P + T - 1],
+                cache=cache, use_cache=True)
+    return torch.cat([first, out.logits.float()], dim=1)
 
 
-def response_logprobs(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+def response_logprobs(model, batch: dict[str, torch.Tensor], share_prompts: bool = True) -> torch.Tensor:
     """(B, T) log-probabilities of the response tokens under ``model``."""
-    picked = response_logits(model, batch)
+    picked = response_logits(model, batch, share_prompts)
     return torch.gather(F.log_softmax(picked, -1), 2, batch["response_ids"].to(picked.device)[..., None]).squeeze(-1)

@@ -1,17 +1,25 @@
 """Batched multi-turn sampling: the policy writes, the environment answers read actions.
 
-One decode loop serves every sequence in the batch with a KV cache. When a
-sequence closes a read action, the environment's reply (the skill body) is
-tokenised and queued; the sequence then consumes its queued tokens one per step
-instead of sampling (they are marked as environment tokens and carry no loss),
-while the other sequences keep sampling. That keeps one forward per step for
-the whole batch, whatever each sequence is doing.
+One decode loop serves every sequence in the batch with a KV cache:
+
+* Each distinct prompt is run once and its cache copied to the G rollouts that share it.
+* Sampling uses the LoRA update folded into the base weights (``merged_lora``): one matmul
+  per projection instead of three; the original weights are put back bit for bit after.
+* When a sequence closes a read action, the environment's reply (the skill body) is
+  tokenised (once per distinct reply) and fed *in the same forward* as the closing token:
+  each step feeds every live sequence a chunk (one sampled token, or that token plus the
+  inserted text), right-padded with masked columns to the widest chunk. Inserted tokens are
+  marked as environment tokens and carry no loss.
+* Sequences that have ended leave the batch (their cache rows are dropped) once a quarter of
+  the batch has ended, so the last long episodes do not drag finished ones along.
+
+Bookkeeping crosses from tensors to Python once per step (the sampled ids), not per token.
 """
 
 from __future__ import annotations
 
 import re
-from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -71,7 +79,58 @@ def annotate(episode: Episode, env: SkillSlateEnv, tokenizer, rng=None) -> None:
     episode.read_spans, episode.read_names = spans, names
 
 
-@torch.no_grad()
+@contextmanager
+def merged_lora(model):
+    """Run ``model`` with each active LoRA update folded into its base weight (W + scale * B A).
+
+    For sampling only (no gradients flow through the folded weights). The base weights are
+    swapped for merged copies and the originals put back on exit, bit for bit: merging
+    and unmerging in place (peft's ``merge_adapter``) would drift the frozen base by rounding.
+    A model without LoRA adapters is used as it is.
+    """
+    from peft import PeftModel
+    from peft.tuners.lora import LoraLayer
+
+    if not isinstance(model, PeftModel) or getattr(model, "_adapters_disabled", False):
+        yield model
+        return
+    swapped = []
+    try:
+        with torch.no_grad():
+            for module in model.modules():
+                if not isinstance(module, LoraLayer) or module.merged or module.disable_adapters:
+                    continue
+                deltas = [module.get_delta_weight(a) for a in module.active_adapters if a in module.lora_A]
+                if not deltas:
+                    continue
+                weight = module.get_base_layer().weight
+                swapped.append((weight, weight.data))
+                weight.data = weight.data + sum(deltas).to(weight.dtype)
+        with model.disable_adapter():
+            yield model
+    finally:
+        for weight, data in swapped:
+            weight.data = data
+
+
+def _left_pad(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Left-padded ids, attention mask and position ids: every row ends at the same column."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    attn = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, width - len(r):] = torch.tensor(r)
+        attn[i, width - len(r):] = 1
+    return ids, attn, (attn.cumsum(-1) - 1).clamp_min(0)
+
+
+def _sample(logits: torch.Tensor, temperature: float, generator: torch.Generator) -> torch.Tensor:
+    if temperature > 0:
+        return torch.multinomial(torch.softmax(logits / temperature, dim=-1), 1, generator=generator).squeeze(1)
+    return logits.argmax(-1)
+
+
+@torch.inference_mode()
 def generate(
     model,
     tokenizer,
@@ -86,57 +145,86 @@ def generate(
 
     Sampling draws from ``generator`` only, so a seeded generator gives the same
     episodes on CPU. ``max_new_tokens`` caps the whole response (policy and
-    environment tokens), which ends runaway episodes.
+    environment tokens; an insertion is cut at the cap), which ends runaway episodes.
     """
     model.eval()
     device = next(model.parameters()).device
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
-    episodes = [Episode(t, s, g, tokenizer(env.prompt(t, s), add_special_tokens=False)["input_ids"]) for t, s, g in items]
+    prompts: dict[str, list[int]] = {}
+    episodes = []
+    for task, slate, group in items:
+        text = env.prompt(task, slate)
+        if text not in prompts:
+            prompts[text] = tokenizer(text, add_special_tokens=False)["input_ids"]
+        episodes.append(Episode(task, slate, group, prompts[text]))
     n = len(episodes)
-    width = max(len(e.prompt_ids) for e in episodes)
-    ids = torch.full((n, width), pad, dtype=torch.long)
-    attn = torch.zeros((n, width), dtype=torch.long)
-    for i, e in enumerate(episodes):  # left padding: every prompt ends at the same column
-        ids[i, width - len(e.prompt_ids):] = torch.tensor(e.prompt_ids)
-        attn[i, width - len(e.prompt_ids):] = 1
-    pos = (attn.cumsum(-1) - 1).clamp_min(0)
-    out = model(input_ids=ids.to(device), attention_mask=attn.to(device), position_ids=pos.to(device), use_cache=True,
-                logits_to_keep=1)
-    cache, logits = out.cache, out.logits[:, -1].float().cpu()
-    closers = _close_token_ids(tokenizer)
-    queues: list[deque[int]] = [deque() for _ in range(n)]
-    done = torch.zeros(n, dtype=torch.bool)
-    last_pos = pos[:, -1]
-    for _ in range(max_new_tokens):
-        if temperature > 0:
-            probs = torch.softmax(logits / temperature, dim=-1)
-            sampled = torch.multinomial(probs, 1, generator=generator).squeeze(1)
-        else:
-            sampled = logits.argmax(-1)
-        step = torch.full((n,), pad, dtype=torch.long)
-        for i in range(n):
-            if done[i]:
-                continue
-            e = episodes[i]
-            forced = bool(queues[i])
-            tok = queues[i].popleft() if forced else int(sampled[i])
-            step[i] = tok
-            e.response_ids.append(tok)
-            e.policy_mask.append(not forced)
-            if not forced and tok == eos:
-                done[i] = True
-            elif not forced and bool((closers == tok).any()):
-                reply = env.tool_response(e.task, e.slate, tokenizer.decode(e.response_ids, skip_special_tokens=True))
-                if reply:
-                    queues[i].extend(tokenizer(reply, add_special_tokens=False)["input_ids"])
-        if bool(done.all()):
-            break
-        attn = torch.cat([attn, (~done).long()[:, None]], dim=1)
-        last_pos = last_pos + 1
-        out = model(input_ids=step[:, None].to(device), attention_mask=attn.to(device),
-                    position_ids=last_pos[:, None].to(device), cache=cache, use_cache=True)
-        cache, logits = out.cache, out.logits[:, -1].float().cpu()
+    if n == 0:
+        return []
+    closers = torch.zeros(max(len(tokenizer), int(_close_token_ids(tokenizer).max()) + 1), dtype=torch.bool)
+    closers[_close_token_ids(tokenizer)] = True
+    replies: dict[str, list[int]] = {}  # each distinct inserted text is tokenised once
+
+    with merged_lora(model) as policy:
+        # Each distinct prompt once, then its cache row copied to every rollout of it.
+        order = list(prompts)
+        source = torch.tensor([order.index(env.prompt(e.task, e.slate)) for e in episodes]) if len(order) < n else None
+        ids, attn, pos = _left_pad([prompts[t] for t in order], pad)
+        out = policy(input_ids=ids.to(device), attention_mask=attn.to(device), position_ids=pos.to(device),
+                     use_cache=True, logits_to_keep=1)
+        cache, logits = out.cache, out.logits[:, -1].float()
+        last_pos = pos[:, -1]
+        if source is not None:
+            cache.batch_select_indices(source.to(device))
+            logits, attn, last_pos = logits[source.to(device)], attn[source], last_pos[source]
+        rows = list(range(n))  # batch row -> episode index
+        ended = [False] * n
+        for _ in range(max_new_tokens):
+            sampled = _sample(logits, temperature, generator).cpu()
+            closing = closers[sampled].tolist()
+            chunks = []
+            for b, (i, tok) in enumerate(zip(rows, sampled.tolist())):
+                e = episodes[i]
+                e.response_ids.append(tok)
+                e.policy_mask.append(True)
+                chunk = [tok]
+                if tok == eos:
+                    ended[i] = True
+                elif closing[b]:
+                    reply = env.tool_response(e.task, e.slate, tokenizer.decode(e.response_ids, skip_special_tokens=True))
+                    if reply:
+                        if reply not in replies:
+                            replies[reply] = tokenizer(reply, add_special_tokens=False)["input_ids"]
+                        inserted = replies[reply][: max_new_tokens - len(e.response_ids)]
+                        e.response_ids.extend(inserted)
+                        e.policy_mask.extend([False] * len(inserted))
+                        chunk += inserted
+                if len(e.response_ids) >= max_new_tokens:
+                    ended[i] = True
+                chunks.append(chunk)
+            live = [b for b, i in enumerate(rows) if not ended[i]]
+            if not live:
+                break
+            if len(rows) - len(live) >= max(1, len(rows) // 4):  # drop ended rows from the batch
+                keep = torch.tensor(live)
+                cache.batch_select_indices(keep.to(device))
+                attn, last_pos = attn[keep], last_pos[keep]
+                rows, chunks = [rows[b] for b in live], [chunks[b] for b in live]
+            width = max(len(c) for c in chunks)
+            step = torch.full((len(rows), width), pad, dtype=torch.long)
+            new_attn = torch.zeros((len(rows), width), dtype=torch.long)
+            for b, (i, c) in enumerate(zip(rows, chunks)):
+                step[b, : len(c)] = torch.tensor(c)
+                new_attn[b, : len(c)] = 0 if ended[i] else 1
+            lengths = new_attn.sum(1)
+            positions = last_pos[:, None] + 1 + torch.arange(width)
+            attn = torch.cat([attn, new_attn], dim=1)
+            out = policy(input_ids=step.to(device), attention_mask=attn.to(device), position_ids=positions.to(device),
+                         cache=cache, use_cache=True, logits_to_keep=1 if width == 1 else 0)
+            cache = out.cache
+            at = (lengths - 1).clamp_min(0).to(device)
+            logits = out.logits[torch.arange(len(rows), device=device), at if width > 1 else 0].float()
+            last_pos = last_pos + lengths
     for e in episodes:
         annotate(e, env, tokenizer, rng=score_rng)
     return episodes

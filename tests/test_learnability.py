@@ -62,9 +62,11 @@ def test_warm_start_names_on_slate_skills(warm_eval):
 
 
 def test_warm_start_executes_what_it_reads(warm_eval):
-    _, df = warm_eval
-    only_oracle_short = df.query("only_oracle > 0 and horizon <= 4")
-    # a small sample at this warm start (8 of 256 trials; 7 succeed): the gate is on what is there
-    assert len(only_oracle_short) >= 5 and only_oracle_short["success"].mean() >= 0.85
+    s, df = warm_eval
+    # Per-step accuracy after an oracle read: 0.64-0.74 over sampling seeds (512 held-out tasks,
+    # measured with the one-token-per-step decoder and the chunked one side by side), against
+    # chance (one symbol in 7-10) for a model that does not look up. (Success when the only read is the oracle at H <= 4 was the gate before;
+    # 6-8 such trials in 256 swing from 1/6 to 7/8 with the sampling seed alone.)
+    assert s["eval/step_acc"] >= 0.6, s["eval/step_acc"]
     after_misleading = df.query("last_misleading > 0")
     assert len(after_misleading) >= 20 and after_misleading["success"].mean() <= 0.02
