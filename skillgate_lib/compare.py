@@ -45,14 +45,45 @@ def run_name(method: str, seed: int, lr: float | None = None) -> str:
     return f"{method}-seed{seed}" if lr is None else f"{method}-lr{lr:g}-seed{seed}"
 
 
+def _steps_done(run_dir: Path) -> int:
+    """GRPO steps a run has logged so far (its last training step in ``metrics.jsonl``)."""
+    try:
+        lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    except FileNotFoundError:
+        return 0
+    done = 0
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:  # a line being written right now
+            continue
+        if row.get("split") == "train":
+            done = max(done, int(row["step"]))
+    return done
+
+
 def _run_all(configs: list[TrainConfig], workers: int, resume: bool, progress: bool, desc: str) -> None:
-    """Train ``configs`` in ``workers`` spawned processes; a finished run (final adapter saved) is skipped."""
+    """Train ``configs`` in ``workers`` spawned processes; a finished run (final adapter saved) is skipped.
+
+    The progress bar counts GRPO steps over every run (read from the runs' logs every
+    couple of seconds), so its rate and ETA cover the whole batch of runs.
+    """
     todo = [c for c in configs if not (Path(c.run_dir) / "adapter" / "adapter_config.json").exists()]
+    if not todo:
+        return
+    initial = sum(min(_steps_done(Path(c.run_dir)), c.steps) for c in todo)  # resumed runs: rate counts new steps
+    bar = tqdm(total=sum(c.steps for c in todo), initial=initial, desc=f"{desc} ({len(todo)} runs)",
+               disable=not progress, unit="step")
     with cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
         futures = {pool.submit(_train_quietly, c, resume or (Path(c.run_dir) / "metrics.jsonl").exists()): c
                    for c in todo}
-        for fut in tqdm(cf.as_completed(futures), total=len(futures), desc=desc, disable=not progress):
-            fut.result()
+        pending = set(futures)
+        while pending:
+            finished, pending = cf.wait(pending, timeout=2.0, return_when=cf.FIRST_EXCEPTION)
+            for fut in finished:
+                fut.result()  # a failed run stops the comparison with its own error
+            bar.update(sum(min(_steps_done(Path(c.run_dir)), c.steps) for c in todo) - bar.n)
+    bar.close()
 
 
 def compare(methods=METHODS, seeds=(0, 1, 2), out_dir: str | Path = paths.BUILD_DIR / "runs" / "compare",
