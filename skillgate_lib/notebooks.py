@@ -34,12 +34,19 @@ def load_profile(name: str, file: Path = PROFILES_FILE) -> dict[str, dict]:
         return {p.stem: {} for p in notebook_paths()}
     if name not in (profiles or {}):
         raise ValueError(f"{file}: no profile {name!r}; profiles are: ci, {', '.join(profiles or {})}")
-    entries = profiles[name] or {}
+    entries = {k: v for k, v in (profiles[name] or {}).items() if k != "expected_minutes"}
     known = {p.stem for p in notebook_paths()}
     for stem in entries:
         if stem not in known:
             raise ValueError(f"{file}: profile {name!r} names notebook {stem!r}, which is not in {NOTEBOOK_DIR}")
     return {stem: dict(entries[stem] or {}) for stem in sorted(entries)}
+
+
+def expected_minutes(name: str, file: Path = PROFILES_FILE) -> float | None:
+    """The measured wall time of a profile on 2 CPU cores (its ``expected_minutes``), if recorded."""
+    profiles = yaml.safe_load(file.read_text()) if file.exists() else {}
+    value = ((profiles or {}).get(name) or {}).get("expected_minutes")
+    return float(value) if value is not None else None
 
 
 def run_notebook(path: Path, out_dir: Path, parameters: dict | None = None) -> Path:
@@ -71,9 +78,16 @@ def main(argv: list[str] | None = None) -> int:
         plan = {stem: p for stem, p in plan.items() if any(stem.startswith(o) for o in args.only)}
         if not plan:
             parser.error(f"--only {' '.join(args.only)} matches no notebook in profile {args.profile!r}")
+    minutes = expected_minutes(args.profile) if not args.only else None
+    if minutes is not None:
+        print(f"[notebooks] profile {args.profile}: {len(plan)} notebooks, expected wall time about {minutes:.0f} min "
+              f"on 2 CPU cores (measured; see notebooks/profiles.yaml)", flush=True)
+    total = time.perf_counter()
     for stem, params in plan.items():
         start = time.perf_counter()
         print(f"[notebooks] {stem} {params or '(defaults)'}", flush=True)
         run_notebook(NOTEBOOK_DIR / f"{stem}.ipynb", args.out, params)
         print(f"[notebooks] {stem} done in {time.perf_counter() - start:.1f}s", flush=True)
+    print(f"[notebooks] profile {args.profile} done in {(time.perf_counter() - total) / 60:.1f} min; executed copies in "
+          f"{args.out}", flush=True)
     return 0

@@ -113,7 +113,8 @@ def _inputs(sample: dict) -> credit_lib.CreditInputs:
 
 def pick_sample(samples: list[dict]) -> tuple[dict, int]:
     """A group and trajectory that shows starvation best: a single oracle read that *failed*
-    while a group-mate succeeded (broadcast GRPO pushes that correct choice down); else a lucky
+    while a group-mate succeeded (broadcast GRPO pushes that correct choice down); else a read
+    that SkillGate's selector channel credits (nonzero selector advantage); else a lucky
     non-oracle success; else any trajectory with a read."""
     def find(cond):
         for s in samples:
@@ -122,8 +123,12 @@ def pick_sample(samples: list[dict]) -> tuple[dict, int]:
                     return s, i
         return None
 
+    def credited(s, i, rs):
+        return bool(rs) and any(a != 0 for a in credit_lib.selector_advantages(_inputs(s))[i])
+
     return (find(lambda s, i, rs: len(rs) == 1 and rs[0]["category"] == "oracle" and s["rewards"][i] == 0
                  and max(s["rewards"]) > 0)
+            or find(credited)
             or find(lambda s, i, rs: rs and rs[0]["category"] != "oracle" and s["rewards"][i] > 0 and min(s["rewards"]) == 0)
             or find(lambda s, i, rs: bool(rs))
             or (samples[0], 0))
@@ -170,7 +175,8 @@ def plot_channel_tokens(df: pd.DataFrame, per_line: int = 16) -> plt.Figure:
                                        edgecolor="black" if r["role"] == "selector" else "none",
                                        linewidth=2.0 if r["role"] == "selector" else 0))
             label = r["token"] if len(r["token"]) <= 9 else r["token"][:8] + "…"
-            ax.text(x + 0.48, y - 0.4, label, ha="center", va="center", fontsize=6)
+            dark = r["weight"] != 0 and abs(r["signal"]) / vmax > 0.6  # white text on the deep colours
+            ax.text(x + 0.48, y - 0.4, label, ha="center", va="center", fontsize=6, color="white" if dark else "black")
         ax.set(xlim=(0, per_line), ylim=(-lines, 0.05), title=f"{method}: per-token credit (advantage x loss weight)")
         ax.axis("off")
     fig.tight_layout()
