@@ -1,6 +1,6 @@
 """One GRPO step of the kit against TRL's ``GRPOTrainer``, side by side on the same model and batch.
 
-    python benchmarks/bench_grpo_step.py [--steps 5] [--threads 2] [--quick]
+    python benchmarks/bench_grpo_step.py [--steps 5] [--threads 2] [--new-tokens 64] [--quick]
 
 Both sides start from the same weights (the committed warm start ``data/models/tiny-sft``
 when it exists, else ``models.tiny_llama`` at a fixed random init: the timing does not
@@ -24,8 +24,13 @@ The kit's loop also stops at ``new_tokens`` decode steps (it stops early only wh
 sequence has ended, which a 64-row batch never does in practice); its rows can be shorter
 than ``new_tokens`` when a sequence samples EOS, so the mean response length of both sides
 is reported. The first step of each side is a warm-up and is not counted; medians over the
-remaining ``--steps``. Writes ``build/bench/grpo_step.json``; exits 1 when the full-size
-kit/TRL throughput ratio is below the 1.5x target.
+remaining ``--steps``. Besides completions/s it reports response tokens/s (the kit's rows
+can end early, TRL's cannot), each side's generation/update split, the kit's decode forwards
+per step and reads per episode (``--new-tokens 160`` gives multi-read episodes, where
+inserting a body in one forward matters), and the MFU of the kit's update: its FLOPs
+counted by ``torch.utils.flop_counter`` over the measured fp32 matmul peak of this machine
+(a 2048^3 matmul at the same thread count). Writes ``build/bench/grpo_step.json`` (or
+``--out``); exits 1 when the full-size kit/TRL throughput ratio is below the 1.5x target.
 """
 
 from __future__ import annotations
@@ -86,24 +91,63 @@ def _base_model(tokenizer, seed: int):
 
 
 def run_kit(base, tokenizer, env: SkillSlateEnv, train_cfg: train.TrainConfig, n_steps: int) -> dict:
-    """``n_steps`` GRPO steps of the kit's loop; per-step wall times (s) and batch shapes."""
+    """``n_steps`` GRPO steps of the kit's loop; per-step wall times (s), batch shapes, decode
+    forwards, and the FLOPs of one update (forward + backward) counted on the last batch."""
+    from skillgate_lib.batching import pack, response_logprobs
+    from skillgate_lib.rollout import generate
+
     torch.set_num_threads(train_cfg.threads)
     model = train._lora(base, train_cfg)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=train_cfg.lr, weight_decay=0.0)
     ccfg = credit_lib.CreditConfig(selector_coef=train_cfg.selector_coef, shaping_bonus=train_cfg.shaping_bonus,
                                    scale_rewards=train_cfg.scale_rewards)
-    step_s, gen_s, resp_len, prompt_len = [], [], [], []
-    for step in range(n_steps):
-        t0 = time.perf_counter()
-        episodes, _, _, row = train.grpo_step(model, tokenizer, env, opt, params, train_cfg, ccfg, step)
-        t_gen = row["time/generate_s"]
-        step_s.append(time.perf_counter() - t0)
-        gen_s.append(t_gen)
-        resp_len.append(float(np.mean([len(e.response_ids) for e in episodes])))
-        prompt_len.append(float(np.mean([len(e.prompt_ids) for e in episodes])))
+    forwards: list[int] = []
+
+    def counted(*args, **kwargs):  # the trainer's own generate, with its decode-forward count kept
+        stats: dict = {}
+        out = generate(*args, **kwargs, stats=stats)
+        forwards.append(stats["decode_forwards"])
+        return out
+
+    train.generate, original = counted, train.generate
+    try:
+        step_s, gen_s, resp_len, prompt_len, reads, env_frac = [], [], [], [], [], []
+        for step in range(n_steps):
+            t0 = time.perf_counter()
+            episodes, _, _, row = train.grpo_step(model, tokenizer, env, opt, params, train_cfg, ccfg, step)
+            step_s.append(time.perf_counter() - t0)
+            gen_s.append(row["time/generate_s"])
+            resp_len.append(float(np.mean([len(e.response_ids) for e in episodes])))
+            prompt_len.append(float(np.mean([len(e.prompt_ids) for e in episodes])))
+            reads.append(float(np.mean([len(e.outcome.reads) for e in episodes])))
+            env_frac.append(float(np.mean([1 - e.policy_tokens / max(1, len(e.response_ids)) for e in episodes])))
+    finally:
+        train.generate = original
+    from torch.utils.flop_counter import FlopCounterMode
+
+    batch = pack(episodes, tokenizer.pad_token_id)
+    model.train()
+    with FlopCounterMode(display=False) as counter:
+        (response_logprobs(model, batch) * batch["response_mask"]).sum().backward()
+    opt.zero_grad(set_to_none=True)
     return dict(step_s=step_s, generate_s=gen_s, mean_response_tokens=resp_len, mean_prompt_tokens=prompt_len,
-                torch_threads=torch.get_num_threads())
+                decode_forwards=forwards, reads_per_episode=reads, env_token_fraction=env_frac,
+                update_flops=counter.get_total_flops(), torch_threads=torch.get_num_threads())
+
+
+def matmul_peak_gflops(threads: int, n: int = 2048, repeats: int = 7) -> float:
+    """This machine's fp32 matmul rate (GFLOP/s) at ``threads``: median of ``repeats`` n^3 products."""
+    torch.set_num_threads(threads)
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    for _ in range(2):
+        a @ b
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - t0)
+    return 2 * n**3 / statistics.median(times) / 1e9
 
 
 def _trl_dataset(env: SkillSlateEnv, train_cfg: train.TrainConfig, n_steps: int):
@@ -172,22 +216,30 @@ def run_trl(base, tokenizer, env: SkillSlateEnv, train_cfg: train.TrainConfig, n
 
 def _summary(raw: dict, completions: int) -> dict:
     """Medians over the timed steps (the first, warm-up step dropped)."""
-    timed = raw["step_s"][1:]
-    med = statistics.median(timed)
-    return {"median_step_s": med, "completions_per_s": completions / med,
-            "median_generate_s": statistics.median(raw["generate_s"][1:]),
-            "mean_response_tokens": float(np.mean(raw["mean_response_tokens"][1:])),
-            "mean_prompt_tokens": float(np.mean(raw["mean_prompt_tokens"][1:])), "per_step": raw}
+    med = statistics.median(raw["step_s"][1:])
+    gen = statistics.median(raw["generate_s"][1:])
+    update = statistics.median([s - g for s, g in zip(raw["step_s"][1:], raw["generate_s"][1:])])
+    resp = float(np.mean(raw["mean_response_tokens"][1:]))
+    out = {"median_step_s": med, "completions_per_s": completions / med, "response_tokens_per_s": completions * resp / med,
+           "median_generate_s": gen, "median_update_s": update, "mean_response_tokens": resp,
+           "mean_prompt_tokens": float(np.mean(raw["mean_prompt_tokens"][1:])), "per_step": raw}
+    if "decode_forwards" in raw:
+        out["median_decode_forwards"] = statistics.median(raw["decode_forwards"][1:])
+        out["mean_reads_per_episode"] = float(np.mean(raw["reads_per_episode"][1:]))
+        out["mean_env_token_fraction"] = float(np.mean(raw["env_token_fraction"][1:]))
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=BenchConfig.steps, help="timed steps per side, after one warm-up step")
     p.add_argument("--threads", type=int, default=BenchConfig.threads, help="torch CPU threads (both sides)")
+    p.add_argument("--new-tokens", type=int, default=BenchConfig.new_tokens,
+                   help="response tokens per completion (160: multi-read episodes)")
     p.add_argument("--quick", action="store_true", help="smoke run: 2 prompts x 4 completions x 8 tokens, 2 timed steps")
     p.add_argument("--out", type=Path, default=OUT, help=f"result JSON (default {OUT})")
     a = p.parse_args(argv)
-    cfg = BenchConfig(steps=a.steps, threads=a.threads, quick=a.quick)
+    cfg = BenchConfig(steps=a.steps, threads=a.threads, new_tokens=a.new_tokens, quick=a.quick)
     if cfg.quick:
         cfg.steps, cfg.prompts, cfg.group, cfg.new_tokens = min(cfg.steps, 2), 2, 4, 8
     if cfg.steps < 1:
@@ -210,6 +262,9 @@ def main(argv: list[str] | None = None) -> int:
         trl_ = _summary(run_trl(trl_base, tokenizer, env, train_cfg, n_steps, workdir), n)
     load["after"] = os.getloadavg()
     ratio = kit["completions_per_s"] / trl_["completions_per_s"]
+    peak = matmul_peak_gflops(cfg.threads)
+    update_gflops = kit["per_step"]["update_flops"] / 1e9
+    mfu = update_gflops / kit["median_update_s"] / peak
 
     import peft
     import transformers
@@ -219,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
         "config": asdict(cfg), "model": model_name, "credit": train_cfg.credit,
         "shape": {"prompts": cfg.prompts, "group": cfg.group, "completions_per_step": n, "new_tokens": cfg.new_tokens},
         "kit": kit, "trl": trl_, "ratio_kit_over_trl": ratio, "target": TARGET,
+        "ratio_tokens_per_s": kit["response_tokens_per_s"] / trl_["response_tokens_per_s"],
+        "matmul_peak_gflops": peak, "kit_update_gflop": update_gflops, "kit_update_mfu": mfu,
         "loadavg_1_5_15": load, "cpu_count": os.cpu_count(),
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__,
                      "peft": peft.__version__, "python": sys.version.split()[0]},
@@ -228,10 +285,19 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"GRPO step, {model_name}, {cfg.prompts} prompts x {cfg.group} = {n} completions x {cfg.new_tokens} new tokens, "
           f"{cfg.threads} torch threads, median of {cfg.steps} steps after 1 warm-up")
-    print(f"{'':6} {'s/step':>8} {'generate s':>11} {'completions/s':>14} {'resp tok':>9} {'prompt tok':>11}")
+    print(f"{'':6} {'s/step':>8} {'generate s':>11} {'update s':>9} {'completions/s':>14} {'tokens/s':>9} "
+          f"{'resp tok':>9} {'prompt tok':>11}")
     for name, r in (("kit", kit), ("TRL", trl_)):
-        print(f"{name:6} {r['median_step_s']:8.2f} {r['median_generate_s']:11.2f} {r['completions_per_s']:14.1f} "
-              f"{r['mean_response_tokens']:9.1f} {r['mean_prompt_tokens']:11.1f}")
+        print(f"{name:6} {r['median_step_s']:8.2f} {r['median_generate_s']:11.2f} {r['median_update_s']:9.2f} "
+              f"{r['completions_per_s']:14.1f} {r['response_tokens_per_s']:9.0f} {r['mean_response_tokens']:9.1f} "
+              f"{r['mean_prompt_tokens']:11.1f}")
+    print(f"kit rollouts: {kit['median_decode_forwards']:.0f} decode forwards per step for "
+          f"{kit['mean_response_tokens']:.1f} response tokens per row ({kit['mean_reads_per_episode']:.2f} reads, "
+          f"{kit['mean_env_token_fraction']:.0%} of the tokens inserted by the environment)")
+    print(f"kit update: {update_gflops:.1f} GFLOP (forward + backward) in {kit['median_update_s']:.2f} s = "
+          f"{update_gflops / kit['median_update_s']:.0f} GFLOP/s, MFU {mfu:.0%} of the measured fp32 matmul peak "
+          f"({peak:.0f} GFLOP/s, 2048^3, {cfg.threads} threads)")
+    print(f"kit/TRL response tokens/s: {result['ratio_tokens_per_s']:.2f}x")
     met = ratio >= TARGET
     print(f"kit/TRL throughput: {ratio:.2f}x (target {TARGET}x: {'met' if met else 'NOT met'}"
           f"{', not checked in --quick' if cfg.quick else ''}); load average {load['before'][0]:.2f} -> "

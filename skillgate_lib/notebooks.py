@@ -49,8 +49,14 @@ def expected_minutes(name: str, file: Path = PROFILES_FILE) -> float | None:
     return float(value) if value is not None else None
 
 
-def run_notebook(path: Path, out_dir: Path, parameters: dict | None = None) -> Path:
-    """Execute one notebook with papermill; return the executed copy's path."""
+def run_notebook(path: Path, out_dir: Path, parameters: dict | None = None, stream: bool = False) -> Path:
+    """Execute one notebook with papermill; return the executed copy's path.
+
+    ``stream``: pass the kernel's stderr through to this process's, so progress bars of long
+    cells (a comparison's GRPO steps, with their ETA) show while the notebook runs.
+    """
+    import sys
+
     import papermill as pm
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -63,6 +69,7 @@ def run_notebook(path: Path, out_dir: Path, parameters: dict | None = None) -> P
         kernel_name="python3",
         progress_bar=False,
         log_output=False,
+        stderr_file=sys.stderr if stream else None,
     )
     return out
 
@@ -86,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     for stem, params in plan.items():
         start = time.perf_counter()
         print(f"[notebooks] {stem} {params or '(defaults)'}", flush=True)
-        run_notebook(NOTEBOOK_DIR / f"{stem}.ipynb", args.out, params)
+        run_notebook(NOTEBOOK_DIR / f"{stem}.ipynb", args.out, params, stream=True)
         print(f"[notebooks] {stem} done in {time.perf_counter() - start:.1f}s", flush=True)
     print(f"[notebooks] profile {args.profile} done in {(time.perf_counter() - total) / 60:.1f} min; executed copies in "
           f"{args.out}", flush=True)

@@ -140,24 +140,28 @@ def generate(
     temperature: float,
     generator: torch.Generator,
     score_rng=None,
+    stats: dict | None = None,
 ) -> list[Episode]:
     """Roll out one episode per ``(task, slate, group)`` item; returns scored episodes.
 
     Sampling draws from ``generator`` only, so a seeded generator gives the same
     episodes on CPU. ``max_new_tokens`` caps the whole response (policy and
     environment tokens; an insertion is cut at the cap), which ends runaway episodes.
+    ``stats``, when given, receives ``prefill_rows`` (distinct prompts run) and
+    ``decode_forwards`` (forward passes after the prefill).
     """
     model.eval()
     device = next(model.parameters()).device
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
-    prompts: dict[str, list[int]] = {}
-    episodes = []
+    prompts: dict[str, list[int]] = {}  # distinct prompt text -> ids, in order of first use
+    episodes, texts = [], []
     for task, slate, group in items:
         text = env.prompt(task, slate)
         if text not in prompts:
             prompts[text] = tokenizer(text, add_special_tokens=False)["input_ids"]
         episodes.append(Episode(task, slate, group, prompts[text]))
+        texts.append(text)
     n = len(episodes)
     if n == 0:
         return []
@@ -168,7 +172,8 @@ def generate(
     with merged_lora(model) as policy:
         # Each distinct prompt once, then its cache row copied to every rollout of it.
         order = list(prompts)
-        source = torch.tensor([order.index(env.prompt(e.task, e.slate)) for e in episodes]) if len(order) < n else None
+        position = {text: k for k, text in enumerate(order)}
+        source = torch.tensor([position[t] for t in texts]) if len(order) < n else None
         ids, attn, pos = _left_pad([prompts[t] for t in order], pad)
         out = policy(input_ids=ids.to(device), attention_mask=attn.to(device), position_ids=pos.to(device),
                      use_cache=True, logits_to_keep=1)
@@ -179,11 +184,15 @@ def generate(
             logits, attn, last_pos = logits[source.to(device)], attn[source], last_pos[source]
         rows = list(range(n))  # batch row -> episode index
         ended = [False] * n
+        forwards = 0
         for _ in range(max_new_tokens):
             sampled = _sample(logits, temperature, generator).cpu()
             closing = closers[sampled].tolist()
             chunks = []
             for b, (i, tok) in enumerate(zip(rows, sampled.tolist())):
+                if ended[i]:  # still in the batch until the next compaction: fed nothing, keeps nothing
+                    chunks.append([])
+                    continue
                 e = episodes[i]
                 e.response_ids.append(tok)
                 e.policy_mask.append(True)
@@ -221,10 +230,12 @@ def generate(
             attn = torch.cat([attn, new_attn], dim=1)
             out = policy(input_ids=step.to(device), attention_mask=attn.to(device), position_ids=positions.to(device),
                          cache=cache, use_cache=True, logits_to_keep=1 if width == 1 else 0)
-            cache = out.cache
+            cache, forwards = out.cache, forwards + 1
             at = (lengths - 1).clamp_min(0).to(device)
             logits = out.logits[torch.arange(len(rows), device=device), at if width > 1 else 0].float()
             last_pos = last_pos + lengths
+    if stats is not None:
+        stats.update(prefill_rows=len(order), decode_forwards=forwards)
     for e in episodes:
         annotate(e, env, tokenizer, rng=score_rng)
     return episodes

@@ -51,6 +51,20 @@ def test_unknown_profile_is_a_clear_error(tmp_path):
         notebooks.load_profile("nope", f)
 
 
+def test_profile_expected_minutes_is_not_a_notebook(tmp_path):
+    f = tmp_path / "profiles.yaml"
+    stem = notebooks.notebook_paths()[0].stem
+    f.write_text(f"full:\n  expected_minutes: 25\n  {stem}: {{n: 1}}\nfigures:\n  {stem}: {{}}\n")
+    assert notebooks.load_profile("full", f) == {stem: {"n": 1}}
+    assert notebooks.expected_minutes("full", f) == 25 and notebooks.expected_minutes("figures", f) is None
+
+
+def test_committed_profiles_name_existing_notebooks():
+    for name in ("full", "paper", "figures"):
+        assert notebooks.load_profile(name), name
+    assert notebooks.expected_minutes("full") <= 30, "make reproduce is meant to finish within 30 minutes"
+
+
 def test_cli_rejects_unknown_command(capsys):
     assert cli.main(["frobnicate"]) == 2
     assert "unknown command" in capsys.readouterr().err

@@ -142,3 +142,19 @@ def test_shared_prompt_forward_matches_the_plain_one_with_gradients(policy):
     for a, b in zip(g_shared, g_plain):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-3)
     assert any(g.abs().sum() > 0 for g in g_plain)
+
+
+def test_ended_rows_keep_nothing_after_their_end():
+    """Rows that sampled EOS (or hit the cap) stay in the batch until enough have ended; they
+    must not collect tokens meanwhile. The warm start ends episodes at many different lengths."""
+    model, tokenizer = load_policy("tiny")
+    env = SkillSlateEnv()
+    cap = 160
+    episodes = generate(model, tokenizer, env, _items(env, 8, 4), cap, 1.0, torch.Generator().manual_seed(5))
+    eos = tokenizer.eos_token_id
+    ends = [e.response_ids.index(eos) for e in episodes if eos in e.response_ids]
+    assert len(set(ends)) > 3, "too few distinct end points to exercise the batch compaction"
+    for e in episodes:
+        assert len(e.response_ids) <= cap and len(e.policy_mask) == len(e.response_ids)
+        if eos in e.response_ids:
+            assert e.response_ids.index(eos) == len(e.response_ids) - 1, f"{e.task.task_id}: tokens after EOS"
