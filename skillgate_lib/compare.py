@@ -3,7 +3,8 @@
 A *method* is a credit assigner from :data:`skillgate_lib.credit.ASSIGNERS`, or
 ``skill_free`` (outcome-only GRPO with no slate in the prompt and reads disabled:
 what RL does without skills). ``sft`` rows are each run's step-0 evaluation, which
-is the warm start itself since LoRA starts at zero.
+is the warm start itself since LoRA starts at zero; a skill-free run's step 0 (the warm
+start with no slate to read from) is not an ``sft`` row, only the start of its own curve.
 """
 
 from __future__ import annotations
@@ -167,7 +168,8 @@ def final_metrics(out_dir: str | Path, selected_only: bool = True) -> pd.DataFra
     for run in (selected_runs(out_dir) if selected_only else _runs(out_dir)):
         config = logs.read_config(run)
         ev = logs.read_metrics(run).query("split == 'eval'").sort_values("step")
-        for method, rec in (("sft", ev.iloc[0]), (method_of(config), ev.iloc[-1])):
+        ends = [("sft", ev.iloc[0])] if not config.get("skill_free") else []
+        for method, rec in (*ends, (method_of(config), ev.iloc[-1])):
             rows.append({"method": method, "seed": config["seed"], "step": int(rec["step"]), "run": run.name,
                          **{k: rec[k] for k in ev.columns if k.startswith("eval/")}})
     return pd.DataFrame(rows)

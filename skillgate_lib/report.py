@@ -36,13 +36,17 @@ def runs(root: str | Path) -> list[Path]:
 
 
 def final_eval_trajectories(root: str | Path) -> pd.DataFrame:
-    """Eval trajectories of every run at step 0 (labelled ``sft``) and at its last step (its method)."""
+    """Eval trajectories of every run at step 0 (labelled ``sft``) and at its last step (its method).
+
+    A skill-free run's step 0 is the warm start with no slate, not the ``sft`` reference: left out.
+    """
     frames = []
     for run in runs(root):
         config = logs.read_config(run)
         ev = logs.read_run(run, split="eval")
         last = ev["step"].max()
-        frames.append(ev[ev["step"] == 0].assign(method="sft", seed=config["seed"], run=run.name))
+        if not config.get("skill_free"):
+            frames.append(ev[ev["step"] == 0].assign(method="sft", seed=config["seed"], run=run.name))
         frames.append(ev[ev["step"] == last].assign(method=method_of(config), seed=config["seed"], run=run.name))
     df = pd.concat(frames, ignore_index=True)
     df["oracle_read"] = df["read_categories"].map(lambda c: "oracle" in c)
