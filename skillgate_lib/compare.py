@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
-from tqdm.auto import tqdm
+from tqdm import tqdm  # plain text bars: also inside a kernel run headless (no ipywidgets needed)
 
 from . import credit as credit_lib
 from . import logs, paths
