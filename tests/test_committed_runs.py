@@ -1,0 +1,42 @@
+"""The committed comparison runs (data/runs/compare) are what their adapters produce.
+
+Re-evaluating a committed run's final LoRA adapter on the fixed held-out set, with the
+run's own settings and thread count, gives the final evaluation its ``metrics.jsonl`` logged.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from skillgate_lib import compare, logs, paths
+from skillgate_lib.evaluate import evaluate, load_adapter, summarize
+from skillgate_lib.train import TrainConfig, make_env
+
+RUNS = paths.DATA_DIR / "runs" / "compare"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("run", ["skillgate-seed0", "outcome-seed1"])
+def test_committed_adapter_reproduces_its_logged_final_evaluation(run):
+    run_dir = RUNS / run
+    model, tokenizer, config = load_adapter(run_dir)
+    cfg = TrainConfig(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in config.items()
+                         if k in TrainConfig.__dataclass_fields__})
+    torch.set_num_threads(cfg.threads)
+    try:
+        episodes = evaluate(model, tokenizer, make_env(cfg, train=False), cfg.eval_tasks, cfg.max_new_tokens,
+                            temperature=cfg.temperature)
+    finally:
+        torch.set_num_threads(2)
+    logged = logs.read_metrics(run_dir).query("split == 'eval'").sort_values("step").iloc[-1]
+    now = summarize(episodes)
+    for key in ("eval/success", "eval/oracle_read", "eval/misleading_read", "eval/reads"):
+        assert now[key] == pytest.approx(logged[key]), key
+
+
+def test_committed_comparison_is_complete():
+    table = compare.final_metrics(RUNS)
+    assert set(table["method"]) == {"sft", *compare.METHODS}
+    assert (table.query("method != 'sft'").groupby("method").size() == 3).all()
