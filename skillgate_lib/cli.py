@@ -25,7 +25,7 @@ def add_fields(parser: argparse.ArgumentParser, cls) -> None:
     for f in dataclasses.fields(cls):
         flag = "--" + f.name.replace("_", "-")
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        helptext = f"{docs.get(f.name, '')} (default: {default})"
+        helptext = f"{docs.get(f.name, '')} (default: {default})".replace("%", "%%")  # argparse formats help with %
         if isinstance(default, bool):
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=helptext)
         elif isinstance(default, tuple):

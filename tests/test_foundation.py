@@ -68,3 +68,12 @@ def test_committed_profiles_name_existing_notebooks():
 def test_cli_rejects_unknown_command(capsys):
     assert cli.main(["frobnicate"]) == 2
     assert "unknown command" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["notebooks", "warmstart", "train", "evaluate", "compare", "audit"])
+def test_every_command_prints_its_help(command, capsys):
+    from skillgate_lib.__main__ import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main([command, "--help"])
+    assert exit_.value.code == 0 and "usage:" in capsys.readouterr().out
