@@ -22,7 +22,7 @@ from tqdm import tqdm  # plain text bars: also inside a kernel run headless (no 
 
 from . import credit as credit_lib
 from . import logs, paths
-from .train import TrainConfig, train
+from .train import TrainConfig, check_resume_config, train
 
 #: The methods of the full comparison, in the paper's table order.
 METHODS = ("selection_bc", "skill_free", "outcome", "utility", "skillgate", "masked_exec", "shaped")
@@ -69,7 +69,10 @@ def _run_all(configs: list[TrainConfig], workers: int, resume: bool, progress: b
     The progress bar counts GRPO steps over every run (read from the runs' logs every
     couple of seconds), so its rate and ETA cover the whole batch of runs.
     """
-    todo = [c for c in configs if not (Path(c.run_dir) / "adapter" / "adapter_config.json").exists()]
+    finished = [c for c in configs if (Path(c.run_dir) / "adapter" / "adapter_config.json").exists()]
+    for c in finished:  # reused only when it is the run asked for (same settings, same model weights)
+        check_resume_config(Path(c.run_dir), c)
+    todo = [c for c in configs if c not in finished]
     if not todo:
         return
     initial = sum(min(_steps_done(Path(c.run_dir)), c.steps) for c in todo)  # resumed runs: rate counts new steps

@@ -100,13 +100,19 @@ def load_adapter(run_dir: str | Path, model_spec: str | None = None):
     from peft import PeftModel
 
     from .logs import read_config
-    from .models import load_policy
+    from .models import load_policy, model_fingerprint
 
     run_dir = Path(run_dir)
     if not (run_dir / "adapter" / "adapter_config.json").exists():
         raise FileNotFoundError(f"{run_dir}: no adapter/adapter_config.json (a finished run saves its final LoRA adapter there)")
     config = read_config(run_dir)
-    base, tokenizer = load_policy(model_spec or config["model"])
+    spec = model_spec or config["model"]
+    trained_on, now = config.get("model_fingerprint"), model_fingerprint(spec)
+    if trained_on and now and trained_on != now:
+        raise ValueError(f"{run_dir}/config.json: the run was trained on model {config['model']!r} with weights "
+                         f"{trained_on}, but {spec!r} now holds weights {now}; its adapter only makes sense on the "
+                         "weights it was trained on (check out the commit the run came from, or pass --model)")
+    base, tokenizer = load_policy(spec)
     return PeftModel.from_pretrained(base, run_dir / "adapter"), tokenizer, config
 
 

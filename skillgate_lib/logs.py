@@ -50,7 +50,7 @@ import platform
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, BinaryIO, Callable, Iterable, Mapping
 
 import pandas as pd
 import pyarrow as pa
@@ -100,40 +100,35 @@ def package_versions() -> dict[str, str | None]:
     return versions
 
 
-def _atomic_write_bytes(path: Path, payload: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(payload)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_torch_save(obj: Any, path: str | Path) -> None:
-    """``torch.save`` to a temporary file beside ``path``, fsynced, then renamed over it.
+def _atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> None:
+    """Call ``write(fh)`` on a temporary file beside ``path``, fsync it, then rename it over ``path``.
 
     A process killed mid-write leaves the previous ``path`` intact (and a ``.*.tmp`` file
     that :meth:`RunWriter.remove_partial_writes` clears on resume).
     """
-    import torch
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
-            torch.save(obj, fh)
+            write(fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _atomic_write_bytes(path: Path, payload: bytes) -> None:
+    _atomic_write(path, lambda fh: fh.write(payload))
+
+
+def atomic_torch_save(obj: Any, path: str | Path) -> None:
+    """``torch.save`` written atomically (see :func:`_atomic_write`): checkpoints survive a kill mid-write."""
+    import torch
+
+    _atomic_write(path, lambda fh: torch.save(obj, fh))
 
 
 def truncate_jsonl(path: str | Path, after_step: int) -> None:

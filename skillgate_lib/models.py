@@ -79,6 +79,24 @@ def load_smollm2(cache_dir: str | Path | None = None) -> tuple[PreTrainedModel, 
 TINY_MODELS = {"tiny": paths.DATA_DIR / "models" / "tiny-sft", "tiny-base": paths.DATA_DIR / "models" / "tiny-base"}
 
 
+def model_fingerprint(spec: str) -> str | None:
+    """A short hash of a local model's weights (``tiny``, ``tiny-base`` or a directory), else None.
+
+    Runs record it, so a run trained on other weights under the same name is recognised.
+    """
+    import hashlib
+
+    path = TINY_MODELS.get(spec, Path(spec))
+    weights = path / "model.safetensors"
+    if not weights.is_file():
+        return None
+    digest = hashlib.sha256()
+    with weights.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()[:16]
+
+
 def load_policy(spec: str):
     """``(model, tokenizer)`` for ``tiny`` (the committed RL warm start), ``tiny-base`` (the
     oracle-only capacity model), ``smollm2-135m``, or a Hugging Face id / local path."""

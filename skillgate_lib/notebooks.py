@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     minutes = expected_minutes(args.profile) if not args.only else None
     if minutes is not None:
         print(f"[notebooks] profile {args.profile}: {len(plan)} notebooks, expected wall time about {minutes:.0f} min "
-              f"on 2 CPU cores (measured; see notebooks/profiles.yaml)", flush=True)
+              f"on 2 CPU cores (notebooks/profiles.yaml says how it was obtained)", flush=True)
     total = time.perf_counter()
     for stem, params in plan.items():
         start = time.perf_counter()

@@ -33,7 +33,7 @@ from skillgate_lib.batching import pack, response_logprobs
 from skillgate_lib.cli import add_fields, from_args
 from skillgate_lib.env import SkillSlateEnv
 from skillgate_lib.evaluate import EVAL_SEED, evaluate, summarize
-from skillgate_lib.models import load_policy
+from skillgate_lib.models import load_policy, model_fingerprint
 from skillgate_lib.records import episode_rows, group_sample
 from skillgate_lib.rollout import Episode, generate
 from skillgate_lib.seeding import seed_everything, stream_seed
@@ -169,15 +169,16 @@ def _save_checkpoint(run_dir: Path, model, opt, step: int, skill_values=None) ->
 
 
 def _config_record(cfg: TrainConfig) -> dict:
-    return json.loads(json.dumps({**dataclasses.asdict(cfg), "eval_seed": EVAL_SEED}))
+    record = {**dataclasses.asdict(cfg), "eval_seed": EVAL_SEED, "model_fingerprint": model_fingerprint(cfg.model)}
+    return json.loads(json.dumps(record))
 
 
 #: Settings a resumed run may change without changing its numbers.
 _RESUMABLE = {"threads", "run_dir", "steps"}  # a longer budget continues the same run
 
 
-def _check_resume_config(run_dir: Path, cfg: TrainConfig) -> None:
-    """Refuse to resume a run with other settings, naming every differing field."""
+def check_resume_config(run_dir: Path, cfg: TrainConfig) -> None:
+    """Refuse to resume (or reuse) a run with other settings or model weights, naming every differing field."""
     old = logs.read_config(run_dir)
     new = _config_record(cfg)
     diff = {k: (old.get(k), new[k]) for k in new if k not in _RESUMABLE and k in old and old.get(k) != new[k]}
@@ -275,7 +276,7 @@ def train(cfg: TrainConfig, progress: bool = True, resume: bool = False) -> pd.D
     if not resume and (run_dir / "metrics.jsonl").exists():
         raise FileExistsError(f"{run_dir}: already holds a run; pass --resume to continue it or choose another --run-dir")
     if resume and (run_dir / "config.json").exists():
-        _check_resume_config(run_dir, cfg)
+        check_resume_config(run_dir, cfg)
     writer = logs.RunWriter(run_dir)
     if resume:
         writer.remove_partial_writes()

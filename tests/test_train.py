@@ -117,3 +117,26 @@ def test_bad_config_names_the_field():
         train.TrainConfig(credit="grpo")
     with pytest.raises(ValueError, match="group_size"):
         train.TrainConfig(group_size=1)
+
+
+def test_runs_on_other_weights_are_not_reused_or_reevaluated(tiny_model_dir, tmp_path):
+    """A finished run is reused by `compare`, and its adapter re-evaluated, only on the weights it was trained on."""
+    import shutil
+
+    from skillgate_lib import compare
+    from skillgate_lib.evaluate import load_adapter
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    cfg = _cfg(model, tmp_path / "r", steps=1, eval_every=1)
+    train.train(cfg, progress=False)
+    compare._run_all([cfg], workers=1, resume=False, progress=False, desc="reuse")  # same weights: skipped
+    load_adapter(tmp_path / "r")
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(model / "model.safetensors")
+    save_file({k: v + 1e-3 for k, v in weights.items()}, model / "model.safetensors")
+    with pytest.raises(ValueError, match="model_fingerprint"):
+        compare._run_all([cfg], workers=1, resume=False, progress=False, desc="reuse")
+    with pytest.raises(ValueError, match="trained on model .* with weights"):
+        load_adapter(tmp_path / "r")
