@@ -92,7 +92,11 @@ def learning_curves(curves: pd.DataFrame, measures=("eval/success", "eval/oracle
             color = METHOD_COLORS.get(method)
             ax.plot(stats.index, stats["mean"], marker="o", ms=3, label=method, color=color)
             ax.fill_between(stats.index, stats["min"], stats["max"], alpha=0.15, color=color)
-        ax.set(title=title, xlabel="GRPO step", ylim=(-0.02, 1.02))
+        ax.set(title=title, xlabel="GRPO step")
+        if curves[measure].max() <= 1:  # rates share a 0-1 axis; counts (reads per trial) keep their own
+            ax.set_ylim(-0.02, 1.02)
+        else:
+            ax.set_ylim(bottom=0)
     axes[0].legend(fontsize=8)
     fig.tight_layout()
     return fig

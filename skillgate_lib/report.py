@@ -116,22 +116,24 @@ def _inputs(sample: dict) -> credit_lib.CreditInputs:
 
 
 def pick_sample(samples: list[dict]) -> tuple[dict, int]:
-    """A group and trajectory that shows starvation best: a single oracle read that *failed*
-    while a group-mate succeeded (broadcast GRPO pushes that correct choice down); else a read
+    """A group and trajectory that shows starvation best (the shortest of each kind): a single oracle read that *failed*
+    while a group-mate succeeded, credited by SkillGate's selector channel (broadcast GRPO pushes
+    that correct choice down, SkillGate up); else a read
     that SkillGate's selector channel credits (nonzero selector advantage); else a lucky
     non-oracle success; else any trajectory with a read."""
-    def find(cond):
-        for s in samples:
-            for i, rs in enumerate(s["reads"]):
-                if cond(s, i, rs):
-                    return s, i
-        return None
+    def find(cond):  # the shortest matching trajectory: a clean failure, not one that ran to the length cap
+        hits = [(len(s["tokens"][i]), k, i) for k, s in enumerate(samples) for i, rs in enumerate(s["reads"])
+                if cond(s, i, rs)]
+        if not hits:
+            return None
+        _, k, i = min(hits)
+        return samples[k], i
 
     def credited(s, i, rs):
         return bool(rs) and any(a != 0 for a in credit_lib.selector_advantages(_inputs(s))[i])
 
     return (find(lambda s, i, rs: len(rs) == 1 and rs[0]["category"] == "oracle" and s["rewards"][i] == 0
-                 and max(s["rewards"]) > 0)
+                 and max(s["rewards"]) > 0 and credited(s, i, rs))
             or find(credited)
             or find(lambda s, i, rs: rs and rs[0]["category"] != "oracle" and s["rewards"][i] > 0 and min(s["rewards"]) == 0)
             or find(lambda s, i, rs: bool(rs))
