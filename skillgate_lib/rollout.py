@@ -165,8 +165,9 @@ def generate(
     n = len(episodes)
     if n == 0:
         return []
-    closers = torch.zeros(max(len(tokenizer), int(_close_token_ids(tokenizer).max()) + 1), dtype=torch.bool)
-    closers[_close_token_ids(tokenizer)] = True
+    closer_ids = _close_token_ids(tokenizer)  # a walk over the vocabulary: once per call
+    closers = torch.zeros(max(len(tokenizer), int(closer_ids.max()) + 1), dtype=torch.bool)
+    closers[closer_ids] = True
     replies: dict[str, list[int]] = {}  # each distinct inserted text is tokenised once
 
     with merged_lora(model) as policy:
