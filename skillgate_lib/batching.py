@@ -37,9 +37,14 @@ def pack(episodes, pad: int) -> dict[str, torch.Tensor]:
 
 def _prompt_groups(episodes) -> tuple[torch.Tensor, torch.Tensor]:
     """Rows with distinct prompts (``unique``, first occurrence) and each row's index among them (``source``)."""
-    first: dict[tuple[int, ...], int] = {}
-    source = [first.setdefault(tuple(e.prompt_ids), len(first)) for e in episodes]
-    unique = sorted({tuple(e.prompt_ids): i for i, e in reversed(list(enumerate(episodes)))}.values())
+    index: dict[tuple[int, ...], int] = {}  # prompt -> its position in ``unique``
+    unique, source = [], []
+    for i, e in enumerate(episodes):
+        key = tuple(e.prompt_ids)
+        if key not in index:
+            index[key] = len(unique)
+            unique.append(i)
+        source.append(index[key])
     return torch.tensor(unique, dtype=torch.long), torch.tensor(source, dtype=torch.long)
 
 

@@ -83,8 +83,8 @@ def _run_all(configs: list[TrainConfig], workers: int, resume: bool, progress: b
                    for c in todo}
         pending = set(futures)
         while pending:
-            finished, pending = cf.wait(pending, timeout=2.0, return_when=cf.FIRST_EXCEPTION)
-            for fut in finished:
+            done, pending = cf.wait(pending, timeout=2.0, return_when=cf.FIRST_EXCEPTION)
+            for fut in done:
                 fut.result()  # a failed run stops the comparison with its own error
             bar.update(sum(min(_steps_done(Path(c.run_dir)), c.steps) for c in todo) - bar.n)
     bar.close()
