@@ -1,10 +1,10 @@
 """The comparison driver: every method x seed with the same budget, in worker processes.
 
-A *method* is a credit assigner from :data:`skillgate_lib.credit.ASSIGNERS`, or
-``skill_free`` (outcome-only GRPO with no slate in the prompt and reads disabled:
-what RL does without skills). ``sft`` rows are each run's step-0 evaluation, which
-is the warm start itself since LoRA starts at zero; a skill-free run's step 0 (the warm
-start with no slate to read from) is not an ``sft`` row, only the start of its own curve.
+A *method* is an entry of :data:`skillgate_lib.methods.METHODS`: the credit assigner it
+trains with and its other settings (``skill_free``: outcome-only GRPO with no slate in the
+prompt and reads disabled, what RL does without skills). Reading the runs back (which
+evaluations a run reports, the ``sft`` rows) is :mod:`skillgate_lib.results`; its readers
+are re-exported here because :func:`compare` returns their tables.
 """
 
 from __future__ import annotations
@@ -20,26 +20,14 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm  # plain text bars: also inside a kernel run headless (no ipywidgets needed)
 
-from . import credit as credit_lib
-from . import logs, paths
+from . import logs, methods as methods_lib, paths
+from .results import final_metrics, learning_curves, selected_runs  # noqa: F401
 from .train import TrainConfig, check_resume_config, train
-
-#: The methods of the full comparison, in the paper's table order.
-METHODS = ("selection_bc", "skill_free", "outcome", "utility", "skillgate", "masked_exec", "shaped")
 
 
 def method_config(method: str, seed: int, run_dir: str | Path, **overrides) -> TrainConfig:
-    """The :class:`TrainConfig` of one ``method`` (assigner name or ``skill_free``) and seed."""
-    if method == "skill_free":
-        return TrainConfig(credit="outcome", skill_free=True, seed=seed, run_dir=str(run_dir), **overrides)
-    if method not in credit_lib.ASSIGNERS:
-        raise ValueError(f"unknown method {method!r}; choose skill_free or one of {', '.join(credit_lib.ASSIGNERS)}")
-    return TrainConfig(credit=method, seed=seed, run_dir=str(run_dir), **overrides)
-
-
-def method_of(config: dict) -> str:
-    """The method name of a run from its ``config.json``."""
-    return "skill_free" if config.get("skill_free") else config["credit"]
+    """The :class:`TrainConfig` of one registered ``method`` and seed."""
+    return TrainConfig(method=method, seed=seed, run_dir=str(run_dir), **overrides)
 
 
 def run_name(method: str, seed: int, lr: float | None = None) -> str:
@@ -79,7 +67,8 @@ def _run_all(configs: list[TrainConfig], workers: int, resume: bool, progress: b
     bar = tqdm(total=sum(c.steps for c in todo), initial=initial, desc=f"{desc} ({len(todo)} runs)",
                disable=not progress, unit="step")
     with cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
-        futures = {pool.submit(_train_quietly, c, resume or (Path(c.run_dir) / "metrics.jsonl").exists()): c
+        futures = {pool.submit(_train_quietly, c, resume or (Path(c.run_dir) / "metrics.jsonl").exists(),
+                               methods_lib.get(c.method)): c
                    for c in todo}
         pending = set(futures)
         while pending:
@@ -90,7 +79,7 @@ def _run_all(configs: list[TrainConfig], workers: int, resume: bool, progress: b
     bar.close()
 
 
-def compare(methods=METHODS, seeds=(0, 1, 2), out_dir: str | Path = paths.BUILD_DIR / "runs" / "compare",
+def compare(methods=None, seeds=(0, 1, 2), out_dir: str | Path = paths.BUILD_DIR / "runs" / "compare",
             workers: int = 2, resume: bool = False, progress: bool = True, lrs: tuple[float, ...] = (),
             **overrides) -> pd.DataFrame:
     """Every method x seed with the same budget and settings; runs in ``workers`` processes.
@@ -99,10 +88,12 @@ def compare(methods=METHODS, seeds=(0, 1, 2), out_dir: str | Path = paths.BUILD_
     With ``lrs``, every method gets the same search: one run per lr on the first seed,
     the lr with the best final held-out success is kept (ties: the smaller lr), then the
     other seeds run at it; runs are ``out_dir/<method>-lr<lr>-seed<seed>/`` and the choice
-    is written to ``out_dir/lr_selection.json``. An interrupted comparison resumes: finished
+    is written to ``out_dir/lr_selection.json``. ``methods``: default every method of the
+    registry's default comparison (:func:`skillgate_lib.methods.compared`). An interrupted comparison resumes: finished
     runs are skipped, unfinished ones continue from their checkpoints. The machine's cores
     are split among the workers. Returns :func:`final_metrics` of the selected runs.
     """
+    methods = methods_lib.compared() if methods is None else tuple(methods)
     out_dir = Path(out_dir)
     threads = max(1, (os.cpu_count() or 2) // workers)
     if not lrs:
@@ -135,69 +126,25 @@ def select_lrs(out_dir: str | Path, methods, lrs, seed: int) -> dict[str, dict]:
     return chosen
 
 
-def _train_quietly(cfg: TrainConfig, resume: bool) -> None:
+def _train_quietly(cfg: TrainConfig, resume: bool, method: methods_lib.Method) -> None:
+    if method.name not in methods_lib.METHODS:  # registered at run time in the parent: the spawned worker lacks it
+        methods_lib.register(method)
     train(cfg, progress=False, resume=resume)
 
 
-def _runs(out_dir: str | Path) -> list[Path]:
-    runs = sorted(p for p in Path(out_dir).iterdir() if (p / "metrics.jsonl").exists())
-    if not runs:
-        raise FileNotFoundError(f"{out_dir}: no run directories (with metrics.jsonl) inside")
-    return runs
+#: Settings the command line passes to every run alike.
+SHARED = ("steps", "lr", "prompts_per_step", "group_size", "eval_tasks", "eval_every", "log_train_every", "model",
+          "step_failure", "kl_coef")
 
 
-def selected_runs(out_dir: str | Path) -> list[Path]:
-    """The runs of ``out_dir`` at each method's selected lr (every run when there was no search)."""
-    sel = Path(out_dir) / "lr_selection.json"
-    runs = _runs(out_dir)
-    if not sel.exists():
-        return runs
-    chosen = json.loads(sel.read_text())
-    keep = []
-    for run in runs:
-        config = logs.read_config(run)
-        m = method_of(config)
-        if m in chosen and float(config["lr"]) == float(chosen[m]["lr"]):
-            keep.append(run)
-    return keep
-
-
-def final_metrics(out_dir: str | Path, selected_only: bool = True) -> pd.DataFrame:
-    """One row per run under ``out_dir``: the first (``sft``) and last evaluation of each.
-
-    ``selected_only``: only the runs at each method's selected lr (see :func:`compare`).
-    """
-    rows = []
-    for run in (selected_runs(out_dir) if selected_only else _runs(out_dir)):
-        config = logs.read_config(run)
-        ev = logs.read_metrics(run).query("split == 'eval'").sort_values("step")
-        ends = [("sft", ev.iloc[0])] if not config.get("skill_free") else []
-        for method, rec in (*ends, (method_of(config), ev.iloc[-1])):
-            rows.append({"method": method, "seed": config["seed"], "step": int(rec["step"]), "run": run.name,
-                         **{k: rec[k] for k in ev.columns if k.startswith("eval/")}})
-    return pd.DataFrame(rows)
-
-
-def learning_curves(out_dir: str | Path, selected_only: bool = True) -> pd.DataFrame:
-    """Held-out evaluation by step for every (selected) run under ``out_dir``: columns method, seed, step, eval/*."""
-    frames = []
-    for run in (selected_runs(out_dir) if selected_only else _runs(out_dir)):
-        config = logs.read_config(run)
-        ev = logs.read_metrics(run).query("split == 'eval'")
-        frames.append(ev.assign(method=method_of(config), seed=config["seed"]))
-    cols = ["method", "seed", "step"] + sorted(c for c in frames[0].columns if c.startswith("eval/") and c.count("/") == 1)
-    return pd.concat(frames, ignore_index=True)[cols]
-
-
-def compare_main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The ``compare`` command line; ``--methods`` chooses among the registry's trainable methods."""
     parser = argparse.ArgumentParser(prog="python -m skillgate_lib compare", description=compare.__doc__.splitlines()[0])
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=["skill_free", *credit_lib.ASSIGNERS])
+    parser.add_argument("--methods", nargs="+", default=list(methods_lib.compared()), choices=methods_lib.trainable())
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--out-dir", type=Path, default=paths.BUILD_DIR / "runs" / "compare")
     parser.add_argument("--workers", type=int, default=2)
-    shared = ("steps", "lr", "prompts_per_step", "group_size", "eval_tasks", "eval_every", "log_train_every", "model",
-              "step_failure", "kl_coef")
-    for name in shared:
+    for name in SHARED:
         default = getattr(TrainConfig, name)
         parser.add_argument("--" + name.replace("_", "-"), type=type(default), default=default,
                             help=f"the same for every run (default: {default})")
@@ -206,11 +153,15 @@ def compare_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--domains", nargs="+", default=[], help="training domains (default: all)")
     parser.add_argument("--eval-domains", nargs="+", default=[], help="evaluation domains (default: all)")
     parser.add_argument("--resume", action="store_true")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def compare_main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     start = time.perf_counter()
     table = compare(args.methods, args.seeds, args.out_dir, args.workers, args.resume, lrs=tuple(args.lrs),
                     domains=tuple(args.domains), eval_domains=tuple(args.eval_domains),
-                    **{name: getattr(args, name) for name in shared})
+                    **{name: getattr(args, name) for name in SHARED})
     cols = ["eval/success", "eval/oracle_read", "eval/misleading_read", "eval/reads"]
     print(table.groupby("method")[cols].agg(["mean", "std"]).round(3).to_string())
     print(f"wall time {time.perf_counter() - start:.0f}s")

@@ -14,20 +14,11 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
-from skillgate_lib import paths
+from skillgate_lib import methods, paths
 
-#: Colours by method, shared by all figures so a method looks the same everywhere.
-METHOD_COLORS = {
-    "sft": "#7f7f7f",
-    "outcome": "#d62728",
-    "masked_exec": "#ff7f0e",
-    "shaped": "#9467bd",
-    "selection_bc": "#8c564b",
-    "skill_free": "#bcbd22",
-    "utility": "#e377c2",
-    "skillgate": "#1f77b4",
-    "theory": "#2ca02c",
-}
+#: Colours by method (read from :data:`skillgate_lib.methods.METHODS`, so a method looks the same
+#: everywhere), plus the theory's curves.
+METHOD_COLORS = methods.colors(theory="#2ca02c")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 

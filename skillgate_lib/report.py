@@ -1,12 +1,12 @@
 """The numbers behind notebook 04: the results table, success by horizon, the channel picture.
 
 Everything here reads committed run artifacts (``data/runs/compare/``, the runs at each
-method's selected learning rate) and returns DataFrames or figures.
+method's selected learning rate, through :mod:`skillgate_lib.results`) and returns
+DataFrames or figures; it imports no trainer. Rows are in the method registry's order and
+carry the paper's row where the registry names one (:mod:`skillgate_lib.methods`).
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -14,8 +14,7 @@ import pandas as pd
 import torch
 
 from skillgate_lib import credit as credit_lib
-from skillgate_lib import logs
-from skillgate_lib.compare import method_of, selected_runs
+from skillgate_lib import methods
 
 #: The paper's headline table (9B model, DeepExperience/SkillGate), in percent.
 REFERENCE = pd.DataFrame(
@@ -24,37 +23,12 @@ REFERENCE = pd.DataFrame(
      ("SkillGate", 53.2, 83.9, 21.8)],
     columns=["method", "success", "oracle_read", "misleading_read"],
 )
-#: Display order of the kit's methods, and the reference row each stands for.
-ORDER = ("sft", "selection_bc", "skill_free", "outcome", "utility", "skillgate", "masked_exec", "shaped")
-REFERENCE_ROW = {"sft": "SFT (RL init)", "selection_bc": "Selection BC", "skill_free": "Skill-free RL",
-                 "outcome": "outcome-only RL", "utility": "Skill1-style utility credit", "skillgate": "SkillGate"}
 
 
-def runs(root: str | Path) -> list[Path]:
-    """The runs under ``root`` at each method's selected learning rate, sorted by name."""
-    return selected_runs(root)
-
-
-def final_eval_trajectories(root: str | Path) -> pd.DataFrame:
-    """Eval trajectories of every run at step 0 (labelled ``sft``) and at its last step (its method).
-
-    A skill-free run's step 0 is the warm start with no slate, not the ``sft`` reference: left out.
-    """
-    frames = []
-    for run in runs(root):
-        config = logs.read_config(run)
-        ev = logs.read_run(run, split="eval")
-        last = ev["step"].max()
-        if not config.get("skill_free"):
-            frames.append(ev[ev["step"] == 0].assign(method="sft", seed=config["seed"], run=run.name))
-        frames.append(ev[ev["step"] == last].assign(method=method_of(config), seed=config["seed"], run=run.name))
-    df = pd.concat(frames, ignore_index=True)
-    df["oracle_read"] = df["read_categories"].map(lambda c: "oracle" in c)
-    df["misleading_read"] = df["read_categories"].map(lambda c: "misleading" in c)
-    df["reads"] = df["read_categories"].map(len)
-    # Every run's step-0 evaluation is the same warm start: keep one copy per seed.
-    sft = df[df["method"] == "sft"].drop_duplicates(["seed", "task_id", "rollout"])
-    return pd.concat([sft, df[df["method"] != "sft"]], ignore_index=True)
+def _in_order(names) -> list[str]:
+    """``names`` in the registry's display order; names it does not know come last, sorted."""
+    known = [m for m in methods.METHODS if m in set(names)]
+    return known + sorted(set(names) - set(known))
 
 
 def results_table(traj: pd.DataFrame) -> pd.DataFrame:
@@ -79,7 +53,7 @@ def results_table(traj: pd.DataFrame) -> pd.DataFrame:
         out[f"{c}_sd"] = std[c].round(1 if c != "reads" else 2)
     out["reads"] = mean["reads"].round(2)
     out = out.join(seeds)
-    return out.reindex([m for m in ORDER if m in out.index]).reset_index()
+    return out.reindex(_in_order(out.index)).reset_index()
 
 
 def by_horizon(traj: pd.DataFrame, measures=("success", "oracle_read")) -> pd.DataFrame:
@@ -88,7 +62,7 @@ def by_horizon(traj: pd.DataFrame, measures=("success", "oracle_read")) -> pd.Da
     long = per_seed.melt(id_vars=["method", "seed", "horizon"], var_name="measure", value_name="value")
     out = (long.groupby(["measure", "method", "horizon"])["value"]
            .agg(mean="mean", sd=lambda x: x.std(ddof=1) if len(x) > 1 else 0.0, seeds="size").reset_index())
-    order = {m: i for i, m in enumerate(ORDER)}
+    order = {m: i for i, m in enumerate(methods.METHODS)}
     return out.sort_values(["measure", "method", "horizon"], key=lambda c: c.map(order) if c.name == "method" else c,
                            ignore_index=True)
 
@@ -212,7 +186,8 @@ def results_markdown(table: pd.DataFrame) -> str:
              "paper: success | paper: oracle read | paper: misleading read |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for _, r in table.iterrows():
-        paper = ref.loc[REFERENCE_ROW[r["method"]]] if r["method"] in REFERENCE_ROW else None
+        row = methods.METHODS[r["method"]].paper_row if r["method"] in methods.METHODS else None
+        paper = ref.loc[row] if row is not None else None
         cells = [f"{r[c]:.1f} ± {r[c + '_sd']:.1f}" for c in ("success", "oracle_read", "misleading_read")]
         cells.append(f"{r['reads']:.2f} ± {r['reads_sd']:.2f}")
         ref_cells = [f"{paper[c]:.1f}" for c in ("success", "oracle_read", "misleading_read")] if paper is not None else ["–"] * 3

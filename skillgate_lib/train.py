@@ -28,7 +28,7 @@ import torch
 from tqdm.auto import tqdm
 
 from skillgate_lib import credit as credit_lib
-from skillgate_lib import logs, paths
+from skillgate_lib import logs, methods, paths
 from skillgate_lib.batching import pack, response_logprobs
 from skillgate_lib.cli import add_fields, from_args
 from skillgate_lib.env import SkillSlateEnv
@@ -49,6 +49,8 @@ class TrainConfig:
     """``tiny`` (committed warm start), ``smollm2-135m``, or a Hugging Face id / local path."""
     credit: str = "skillgate"
     """Credit assigner: one of skillgate_lib.credit.ASSIGNERS."""
+    method: str = ""
+    """A method of skillgate_lib.methods.METHODS; sets credit and skill_free from its entry (empty: the method they name)."""
     seed: int = 0
     """Seeds the LoRA init, task sampling and rollout sampling."""
     steps: int = 40
@@ -102,18 +104,25 @@ class TrainConfig:
     threads: int = 2
     """torch CPU threads."""
     run_dir: str = ""
-    """Output directory; default build/runs/<credit>-seed<seed>."""
+    """Output directory; default build/runs/<method>-seed<seed>."""
 
     def __post_init__(self) -> None:
+        if self.method:
+            m = methods.get(self.method)
+            if not m.trainable:
+                raise ValueError(f"method: {m.name!r} is a results-only row; choose one of {', '.join(methods.trainable())}")
+            self.credit, self.skill_free = m.credit, m.skill_free
         if self.credit not in credit_lib.ASSIGNERS:
             raise ValueError(f"credit: unknown assigner {self.credit!r}; choose one of {', '.join(credit_lib.ASSIGNERS)}")
+        if not self.method:
+            self.method = methods.of_config({"credit": self.credit, "skill_free": self.skill_free})
         for name in ("steps", "prompts_per_step", "eval_every", "eval_tasks", "checkpoint_every", "log_train_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.group_size < 2:
             raise ValueError(f"group_size must be >= 2 (GRPO normalises within a group), got {self.group_size}")
         if not self.run_dir:
-            self.run_dir = str(paths.BUILD_DIR / "runs" / f"{self.credit}-seed{self.seed}")
+            self.run_dir = str(paths.BUILD_DIR / "runs" / f"{self.method}-seed{self.seed}")
 
 
 def _lora(model, cfg: TrainConfig):
@@ -287,7 +296,7 @@ def train(cfg: TrainConfig, progress: bool = True, resume: bool = False) -> pd.D
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     ccfg = credit_lib.CreditConfig(selector_coef=cfg.selector_coef, shaping_bonus=cfg.shaping_bonus,
                                    scale_rewards=cfg.scale_rewards)
-    skill_values = credit_lib.SkillValues() if cfg.credit == "utility" else None
+    skill_values = credit_lib.SkillValues() if methods.get(cfg.method).needs_skill_values else None
     start = 0
     if resume and _checkpoint_path(run_dir).exists():
         state = torch.load(_checkpoint_path(run_dir), weights_only=False)

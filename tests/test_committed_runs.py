@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from skillgate_lib import compare, logs, paths
+from skillgate_lib import logs, methods, paths, results
 from skillgate_lib.evaluate import evaluate, load_adapter, summarize
 from skillgate_lib.train import TrainConfig, make_env
 
@@ -37,6 +37,6 @@ def test_committed_adapter_reproduces_its_logged_final_evaluation(run):
 
 
 def test_committed_comparison_is_complete():
-    table = compare.final_metrics(RUNS)
-    assert set(table["method"]) == {"sft", *compare.METHODS}
+    table = results.final_metrics(RUNS)
+    assert set(table["method"]) == {"sft", *methods.compared()}
     assert (table.query("method != 'sft'").groupby("method").size() == 3).all()

@@ -18,7 +18,6 @@ import pytest
 import torch
 
 from skillgate_lib import logs, train
-from skillgate_lib.warmstart import WarmStartConfig, warmstart
 
 pytestmark = pytest.mark.slow
 
@@ -58,24 +57,17 @@ DRIVER = textwrap.dedent("""
 """)
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("model")
-    warmstart(WarmStartConfig(steps=2, batch_size=4, out=str(out), threads=1), progress=False)
-    return out
-
-
-def _argv(model_dir, run_dir) -> list[str]:
-    return ["--model", str(model_dir), "--credit", "skillgate", "--steps", "4", "--prompts-per-step", "2",
+def _argv(tiny_model_dir, run_dir) -> list[str]:
+    return ["--model", str(tiny_model_dir), "--credit", "skillgate", "--steps", "4", "--prompts-per-step", "2",
             "--group-size", "4", "--max-new-tokens", "48", "--eval-every", "2", "--eval-tasks", "8",
             "--log-train-every", "1", "--checkpoint-every", "2", "--threads", "1", "--lr", "1e-2",
             "--run-dir", str(run_dir)]
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(model_dir, tmp_path_factory):
+def uninterrupted(tiny_model_dir, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("full") / "run"
-    assert train.train_main(_argv(model_dir, run_dir)) == 0
+    assert train.train_main(_argv(tiny_model_dir, run_dir)) == 0
     return run_dir
 
 
@@ -97,18 +89,18 @@ def _assert_same_run(a, b) -> None:
     assert not list(b.glob(".*.tmp")) and not list((b / "trajectories").glob(".*.tmp")), "partial writes left behind"
 
 
-def _resume(model_dir, run_dir) -> None:
-    proc = _run(["-m", "skillgate_lib", "train", *_argv(model_dir, run_dir), "--resume"])
+def _resume(tiny_model_dir, run_dir) -> None:
+    proc = _run(["-m", "skillgate_lib", "train", *_argv(tiny_model_dir, run_dir), "--resume"])
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, out.decode()[-3000:]
 
 
 @pytest.mark.parametrize("mode,at", [("checkpoint", 2), ("metrics", 3)], ids=["mid-checkpoint", "mid-metrics-line"])
-def test_killed_mid_write_resumes_to_the_same_numbers(model_dir, uninterrupted, tmp_path, mode, at):
+def test_killed_mid_write_resumes_to_the_same_numbers(tiny_model_dir, uninterrupted, tmp_path, mode, at):
     driver = tmp_path / "driver.py"
     driver.write_text(DRIVER)
     run_dir = tmp_path / "run"
-    proc = _run([str(driver), mode, str(at), *_argv(model_dir, run_dir)])
+    proc = _run([str(driver), mode, str(at), *_argv(tiny_model_dir, run_dir)])
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == -9, f"the driver was meant to die by SIGKILL: {out.decode()[-3000:]}"
     if mode == "checkpoint":  # the second checkpoint (step 4) was cut: the step-2 one survives
@@ -116,14 +108,14 @@ def test_killed_mid_write_resumes_to_the_same_numbers(model_dir, uninterrupted, 
         assert list(run_dir.glob(".checkpoint.pt.*.tmp")), "the kill should have left a partial temp file"
     else:
         assert not (run_dir / "metrics.jsonl").read_text().endswith("\n"), "the kill should have cut a line"
-    _resume(model_dir, run_dir)
+    _resume(tiny_model_dir, run_dir)
     _assert_same_run(uninterrupted, run_dir)
 
 
-def test_killed_from_outside_resumes_to_the_same_numbers(model_dir, uninterrupted, tmp_path):
+def test_killed_from_outside_resumes_to_the_same_numbers(tiny_model_dir, uninterrupted, tmp_path):
     """SIGKILL from another process as soon as step 3 is logged (wherever the run is then)."""
     run_dir = tmp_path / "run"
-    proc = _run(["-m", "skillgate_lib", "train", *_argv(model_dir, run_dir)])
+    proc = _run(["-m", "skillgate_lib", "train", *_argv(tiny_model_dir, run_dir)])
     metrics = run_dir / "metrics.jsonl"
     deadline = time.monotonic() + 600
     while proc.poll() is None and time.monotonic() < deadline:
@@ -134,17 +126,17 @@ def test_killed_from_outside_resumes_to_the_same_numbers(model_dir, uninterrupte
         time.sleep(0.05)
     proc.communicate(timeout=60)
     assert proc.returncode == -9, "the run finished before it could be killed"
-    _resume(model_dir, run_dir)
+    _resume(tiny_model_dir, run_dir)
     _assert_same_run(uninterrupted, run_dir)
 
 
-def test_damaged_log_is_not_resumed_and_left_as_is(model_dir, tmp_path):
+def test_damaged_log_is_not_resumed_and_left_as_is(tiny_model_dir, tmp_path):
     run_dir = tmp_path / "run"
-    train.train_main([*_argv(model_dir, run_dir), "--steps", "2"])
+    train.train_main([*_argv(tiny_model_dir, run_dir), "--steps", "2"])
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     lines[1] = lines[1][:10]
     damaged = "\n".join(lines) + "\n"
     (run_dir / "metrics.jsonl").write_text(damaged)
     with pytest.raises(logs.ArtifactError, match=r"metrics.jsonl: line 2: .*damaged"):
-        train.train_main([*_argv(model_dir, run_dir), "--resume"])
+        train.train_main([*_argv(tiny_model_dir, run_dir), "--resume"])
     assert (run_dir / "metrics.jsonl").read_text() == damaged

@@ -10,15 +10,6 @@ import torch
 
 from skillgate_lib import logs, train
 from skillgate_lib.models import load_policy
-from skillgate_lib.warmstart import WarmStartConfig, warmstart
-
-
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory):
-    """A tiny model after two SFT steps: enough to exercise the code path, not to be good."""
-    out = tmp_path_factory.mktemp("model")
-    warmstart(WarmStartConfig(steps=2, batch_size=4, out=str(out), threads=1), progress=False)
-    return out
 
 
 def _cfg(model_dir, run_dir, **over):

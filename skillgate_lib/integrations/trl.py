@@ -59,7 +59,8 @@ from accelerate.utils import gather_object
 from datasets import Dataset
 from trl import GRPOTrainer
 
-from skillgate_lib.credit import ASSIGNERS, Credit, CreditConfig, CreditInputs, ReadSpan, SkillValues, assign
+from skillgate_lib import methods
+from skillgate_lib.credit import Credit, CreditConfig, CreditInputs, ReadSpan, SkillValues, assign
 from skillgate_lib.integrations import ReadFormat, read_spans
 
 NAMES_COLUMN = "skill_names"
@@ -76,8 +77,8 @@ class SkillGateGRPOTrainer(GRPOTrainer):
 
     Extra arguments (all keyword-only, the rest go to ``GRPOTrainer``):
 
-    credit:        assigner name in :data:`skillgate_lib.credit.ASSIGNERS` (``selection_bc``
-                   needs a supervised term TRL does not have, so it is refused)
+    credit:        a method of :data:`skillgate_lib.methods.METHODS`, trained with its assigner (a
+                   method with a supervised term, such as ``selection_bc``, is refused: TRL has none)
     credit_config: the kit's hyperparameters (``selector_coef`` is lambda); its
                    ``scale_rewards`` must agree with ``args.scale_rewards``
     read_format:   how read calls are written in completions
@@ -92,8 +93,11 @@ class SkillGateGRPOTrainer(GRPOTrainer):
                  categories_column: str = CATEGORIES_COLUMN, skill_values: SkillValues | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
         a = self.args
-        if credit == "selection_bc":
-            raise ValueError("credit 'selection_bc' needs the kit's supervised selector loss, which TRL's GRPO loss lacks; "
+        method = methods.get(credit)
+        if not method.trainable:
+            raise ValueError(f"credit {credit!r} is a results-only row; choose one of: {', '.join(methods.trainable())}")
+        if method.supervised_term or method.separate_finetune:
+            raise ValueError(f"credit {credit!r} needs the kit's supervised selector loss, which TRL's GRPO loss lacks; "
                              "use skillgate_lib.train for it")
         refusals = {
             "loss_type": (a.loss_type, ("dapo",)),
@@ -109,11 +113,9 @@ class SkillGateGRPOTrainer(GRPOTrainer):
         if cfg.scale_rewards != (a.scale_rewards == "group"):
             raise ValueError(f"CreditConfig.scale_rewards={cfg.scale_rewards} disagrees with "
                              f"GRPOConfig.scale_rewards={a.scale_rewards!r}; TRL's scalar advantage and the kit's must match")
-        if credit not in ASSIGNERS:
-            raise ValueError(f"unknown credit assigner {credit!r}; choose one of: {', '.join(ASSIGNERS)}")
-        self.credit_name, self.credit_config, self.read_format = credit, cfg, read_format
+        self.credit_name, self.credit_config, self.read_format = method.credit, cfg, read_format
         self.names_column, self.categories_column = names_column, categories_column
-        if skill_values is None and credit == "utility":
+        if skill_values is None and method.needs_skill_values:
             skill_values = SkillValues()
         self.skill_values = skill_values
         self._gathered_rewards: torch.Tensor | None = None

@@ -62,10 +62,12 @@ import numpy as np
 import torch
 from verl.trainer.ppo.core_algos import register_adv_est
 
+from skillgate_lib import methods
 from skillgate_lib.credit import CreditConfig, CreditInputs, ReadSpan, assign
 from skillgate_lib.integrations import ReadFormat, read_spans
 
 ESTIMATOR = "skillgate"
+"""verl's estimator name; the credit is that of the method of this name in :data:`skillgate_lib.methods.METHODS`."""
 READS_KEY = "skillgate_reads"
 """``reward_extra_info`` key carrying each response's reads (JSON, see :func:`encode_reads`)."""
 
@@ -143,6 +145,6 @@ def compute_skillgate_advantage(token_level_rewards: torch.Tensor, response_mask
     mask = response_mask.bool().cpu()
     inputs = CreditInputs(token_level_rewards.sum(dim=-1).to(torch.float64).cpu(), torch.as_tensor(group, dtype=torch.long),
                           mask, reads)
-    credit = assign(ESTIMATOR, inputs, cfg)
+    credit = assign(methods.get(ESTIMATOR).credit, inputs, cfg)
     adv = (credit.advantages * credit.weights * int(mask.sum())).to(token_level_rewards.device, token_level_rewards.dtype)
     return adv, adv

@@ -1,0 +1,66 @@
+"""The method registry: one entry is all a new method needs; reading results loads no trainer."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from skillgate_lib import compare, paths, plots, report, results, train
+
+TRAINER_MODULES = ("skillgate_lib.train", "skillgate_lib.compare", "skillgate_lib.rollout", "skillgate_lib.warmstart",
+                   "skillgate_lib.evaluate", "skillgate_lib.models", "peft", "transformers")
+
+
+def test_a_registered_method_runs_through_compare_report_and_the_cli(registry, tiny_model_dir, tmp_path):
+    toy = registry.register(registry.Method("toy", "toy baseline", "#123456", credit="outcome", skill_free=True))
+    assert compare.build_parser().parse_args(["--methods", "toy", "outcome"]).methods == ["toy", "outcome"]
+    assert "toy" in compare.build_parser().parse_args([]).methods  # in the default comparison
+    cfg = train.TrainConfig(method="toy")
+    assert (cfg.credit, cfg.skill_free, cfg.run_dir.endswith("toy-seed0")) == ("outcome", True, True)
+
+    # A spawned worker trains it: the registration travels with the run.
+    final = compare.compare(["toy"], seeds=(0,), out_dir=tmp_path, workers=1, progress=False, model=str(tiny_model_dir),
+                            steps=1, prompts_per_step=2, group_size=4, max_new_tokens=48, eval_tasks=8, eval_every=1)
+    assert json.loads((tmp_path / "toy-seed0" / "config.json").read_text())["method"] == "toy"
+    assert list(final["method"]) == ["toy"]  # skill-free (a field of the entry): no sft row
+    assert (final["eval/oracle_read"] == 0).all()  # no slate shown, so nothing read
+    assert set(results.learning_curves(tmp_path)["method"]) == {"toy"}
+
+    table = report.results_table(results.final_eval_trajectories(tmp_path))
+    assert list(table["method"]) == ["toy"] and int(table["seeds"].iloc[0]) == 1
+    assert report.results_markdown(table).splitlines()[-1].startswith("| toy | 1 |")
+    assert report.results_markdown(table).rstrip().endswith("| – | – | – |")  # no paper row named
+    assert plots.METHOD_COLORS["toy"] == toy.color
+
+
+def test_registry_fields_replace_name_checks(registry):
+    with pytest.raises(ValueError, match="unknown method 'nope'; choose one of: sft, "):
+        registry.get("nope")
+    with pytest.raises(ValueError, match="results-only row"):
+        train.TrainConfig(method="sft")
+    with pytest.raises(ValueError, match="already registered"):
+        registry.register(registry.get("outcome"))
+    assert train.TrainConfig(credit="outcome", skill_free=True).method == "skill_free"  # settings name the method
+    assert [m for m in registry.METHODS.values() if m.needs_skill_values] == [registry.get("utility")]
+    assert set(registry.trainable()) >= set(registry.compared())
+    assert "sft" not in registry.trainable() and "sft" in plots.METHOD_COLORS
+
+
+def test_reading_results_and_building_the_table_loads_no_trainer():
+    """What `make figures` runs (notebook 04's imports, then the table from the committed runs) imports no trainer."""
+    nb = json.loads((paths.REPO_ROOT / "notebooks" / "04_paper_figures.ipynb").read_text())
+    imports = [line for cell in nb["cells"] if cell["cell_type"] == "code"
+               for line in "".join(cell["source"]).splitlines() if line.startswith(("import ", "from "))]
+    assert any("results" in line for line in imports)
+    code = "\n".join([*imports, "from skillgate_lib import report, results",
+                      f"t = report.results_table(results.final_eval_trajectories({str(paths.DATA_DIR / 'runs' / 'compare')!r}))",
+                      "assert len(t) >= 7, t",
+                      "import sys; print(' '.join(sorted(sys.modules)))"])
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=paths.REPO_ROOT / "notebooks")
+    assert out.returncode == 0, out.stderr
+    loaded = set(out.stdout.split())
+    assert "skillgate_lib.results" in loaded
+    assert not loaded & set(TRAINER_MODULES), sorted(loaded & set(TRAINER_MODULES))
