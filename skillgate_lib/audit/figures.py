@@ -1,0 +1,78 @@
+"""The audit's figures: Share, Sign, Value and read behaviour by horizon, with the theory overlay."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from skillgate_lib.audit.measures import AuditResult
+
+
+def figures(result: AuditResult) -> dict[str, tuple[Any, pd.DataFrame]]:
+    """``{stable name: (figure, the data drawn)}`` for ``audit_share/sign/value/reads`` and ``audit_summary``."""
+    import matplotlib.pyplot as plt
+
+    from skillgate_lib.plots import METHOD_COLORS
+
+    b, cv = result.bins, result.curves
+    xlabel = "horizon H (steps)" if result.horizon_kind == "steps" else "horizon (response tokens)"
+
+    def share(ax):
+        ax.errorbar(b["h_mean"], 100 * b["share_median"], yerr=[100 * (b["share_median"] - b["share_q25"]),
+                    100 * (b["share_q75"] - b["share_median"])], fmt="o", capsize=3, label="audited median (IQR)")
+        if not cv.empty:
+            ax.plot(cv["horizon"], 100 * cv["share"], color=METHOD_COLORS["theory"], label="theory k/L(H)")
+        ax.set(xlabel=xlabel, ylabel="selector share of loss weight (%)",
+               title=f"Share (dilution {result.dilution:.1f}x)")
+        ax.legend()
+
+    def sign(ax):
+        for col, lab in (("sign_wrong", "wrong-signed | A != 0"), ("sign_negative", "A < 0"), ("sign_zero", "A = 0")):
+            ax.plot(b["h_mean"], b[col], "o-", label=lab)
+        if not cv.empty:
+            ax.plot(cv["horizon"], cv["sign_error"], color=METHOD_COLORS["theory"], label="theory sign error")
+        ax.set(xlabel=xlabel, ylabel="fraction of read actions", title="Sign", ylim=(0, 1))
+        ax.legend()
+
+    def value(ax):
+        ax.errorbar(b["h_mean"], 100 * b["value"], yerr=[100 * (b["value"] - b["value_lo"]),
+                    100 * (b["value_hi"] - b["value"])], fmt="o", capsize=3, label="audited (95% bootstrap CI)")
+        if not cv.empty:
+            ax.plot(cv["horizon"], 100 * cv["value"], color=METHOD_COLORS["theory"], label="theory q^H - s_wrong")
+        ax.axhline(0, color="0.5", lw=0.8)
+        ov = result.overall
+        title = (f"Value {100 * ov['value']:+.1f} pp [{100 * ov['value_lo']:+.1f}, {100 * ov['value_hi']:+.1f}]"
+                 if result.categorised else "Value (needs skill categories: --tasks)")
+        ax.set(xlabel=xlabel, ylabel="success(oracle read) - success(other) (pp)", title=title)
+        ax.legend()
+
+    def reads(ax):
+        ax.plot(b["h_mean"], b["oracle_read"], "o-", label="oracle read")
+        ax.plot(b["h_mean"], b["misleading_read"], "o-", label="misleading read")
+        ax.plot(b["h_mean"], b["success"], "o-", label="success")
+        if not cv.empty:
+            ax.plot(cv["horizon"], cv["success"], color=METHOD_COLORS["theory"], label="theory success")
+        ax2 = ax.twinx()
+        ax2.plot(b["h_mean"], b["reads_per_trial"], "s--", color="0.4", label="reads / trial")
+        ax2.set_ylabel("reads per trial")
+        ax2.set_ylim(0, 1.2 * max(1.0, float(b["reads_per_trial"].max())))
+        ax2.grid(False)
+        ax.set(xlabel=xlabel, ylabel="fraction of trials", title="Read behaviour", ylim=(0, 1))
+        ax.legend(loc="upper left")
+        ax2.legend(loc="upper right")
+
+    table = result.summary_table()
+    out = {}
+    for name, draw in (("audit_share", share), ("audit_sign", sign), ("audit_value", value), ("audit_reads", reads)):
+        fig, ax = plt.subplots(figsize=(5, 3.6))
+        draw(ax)
+        out[name] = (fig, table)
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8))
+    for ax, draw in zip(axes.flat, (share, sign, value, reads)):
+        draw(ax)
+    fig.suptitle(f"Selector credit audit: {Path(result.source).name} ({result.n_rows:,} trajectories)")
+    fig.tight_layout()
+    out["audit_summary"] = (fig, table)
+    return out

@@ -1,0 +1,111 @@
+"""The audit itself: Share, Sign and Value by horizon bin from an :class:`~skillgate_lib.audit.engine.Engine`.
+
+:func:`run_audit` opens a log, computes every measure per horizon bin and overall, tests
+each for a trend against horizon and fits the theory overlay; :class:`AuditResult` holds
+what it found.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from skillgate_lib import readers, theory
+from skillgate_lib.audit.engine import Engine, open_log
+from skillgate_lib.audit.fit import fit_theory, theory_curves
+from skillgate_lib.audit.stats import bootstrap_mean, spearman_trend, weighted_quantiles
+
+#: (measure column, direction in which it worsens with horizon)
+TRENDS = (("share_median", "down"), ("sign_wrong", "up"), ("sign_negative", "up"), ("sign_zero", "up"),
+          ("value", "down"), ("oracle_read", "down"))
+#: Measures that need each read's category (the task's slate): null without task metadata.
+BY_CATEGORY = ("sign_wrong", "value", "value_lo", "value_hi", "oracle_read", "misleading_read")
+
+
+@dataclass
+class AuditResult:
+    """What an audit found. ``bins`` has one row per horizon bin; ``overall`` the same columns for all rows."""
+
+    source: str
+    fmt: str
+    horizon_kind: str
+    """``"steps"`` (logged horizon) or ``"response_tokens"``."""
+    bins: pd.DataFrame
+    overall: dict[str, float]
+    trends: pd.DataFrame
+    dilution: float
+    """median Share of the shortest bin / of the longest."""
+    problems: readers.Problems
+    n_rows: int
+    model: theory.StarvationModel | None = None
+    model_note: str = ""
+    curves: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """the fitted model's predictions on a fine horizon grid (empty without a fit)."""
+    categorised: bool = True
+    """whether reads carry categories; without them the :data:`BY_CATEGORY` columns are NaN."""
+
+    def summary_table(self) -> pd.DataFrame:
+        cols = ["bin", "h_min", "h_max", "n", "share_median", "share_q25", "share_q75", "sign_negative", "sign_wrong",
+                "sign_zero", "value", "value_lo", "value_hi", "value_groups", "oracle_read", "misleading_read",
+                "reads_per_trial", "success"]
+        rows = pd.concat([self.bins, pd.DataFrame([{**self.overall, "bin": "all"}])], ignore_index=True)
+        return rows[cols]
+
+
+def run_audit(path: str | Path, fmt: str = "auto", tasks: str | Path | readers.TaskTable | None = None,
+              skip_bad: bool = False, split: str | None = "train", n_bins: int = 8, n_boot: int = 1000, seed: int = 0,
+              tokenizer: Any = None, read_patterns: Sequence[str] = readers.DEFAULT_READ_PATTERNS,
+              reward_columns: Sequence[str] | None = None, success_threshold: float = 1.0,
+              std_ddof: int = 1, std_eps: float = 1e-4, threads: int = 2, memory_limit: str = "512MB") -> AuditResult:
+    """Audit one log. ``split=None`` audits every split; the others mirror the CLI flags."""
+    task_table = readers.TaskTable.load(tasks) if isinstance(tasks, (str, Path)) else tasks
+    opts = readers.ReaderOptions(tokenizer=tokenizer, read_patterns=tuple(read_patterns), tasks=task_table,
+                                 reward_columns=tuple(reward_columns) if reward_columns else None,
+                                 success_threshold=success_threshold, std_ddof=std_ddof, std_eps=std_eps,
+                                 skip_bad=skip_bad)
+    with open_log(path, fmt, opts, split, n_bins, threads, memory_limit) as eng:
+        return _measures(eng, str(path), n_boot, np.random.default_rng(seed))
+
+
+def _measures(eng: Engine, source: str, n_boot: int, rng: np.random.Generator) -> AuditResult:
+    agg = eng.per_bin()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        agg["sign_negative"] = agg["neg"] / agg["reads"]
+        agg["sign_zero"] = agg["zero"] / agg["reads"]
+        agg["sign_wrong"] = agg["wrong"].astype(float) / (agg["reads"] - agg["zero"])
+    hist = eng.share_histogram()
+    quant = []
+    for b in agg["bin"].tolist():
+        sub = hist if pd.isna(b) else hist[hist["bin"] == b]
+        sub = sub.groupby("s", sort=True)["c"].sum()
+        quant.append(dict(zip(("share_q25", "share_median", "share_q75"),
+                              weighted_quantiles(sub.index.to_numpy(float), sub.to_numpy(), (0.25, 0.5, 0.75)))))
+    agg = pd.concat([agg, pd.DataFrame(quant)], axis=1)
+    vg = eng.value_groups()
+    value = []
+    for b in agg["bin"].tolist():
+        sub = vg if pd.isna(b) else vg[vg["bin"] == b]
+        mean, lo, hi = bootstrap_mean(sub["d"].to_numpy(float), sub["c"].to_numpy(float), n_boot, rng)
+        value.append({"value": mean, "value_lo": lo, "value_hi": hi, "value_groups": int(sub["c"].sum())})
+    agg = pd.concat([agg, pd.DataFrame(value)], axis=1)
+    overall = agg[agg["bin"].isna()].drop(columns="bin").iloc[0].to_dict()
+    bins = agg[agg["bin"].notna()].reset_index(drop=True)
+    bins["bin"] = bins["bin"].astype(int)
+    trends = pd.DataFrame([{"measure": m, "worse": w, **spearman_trend(bins["h_mean"].to_numpy(float),
+                                                                       bins[m].to_numpy(float), w, rng)}
+                           if eng.categorised or m not in BY_CATEGORY else
+                           {"measure": m, "worse": w, "n_bins": 0, "rho": math.nan, "p_value": math.nan,
+                            "monotone": False, "verdict": "needs skill categories"}
+                           for m, w in TRENDS])
+    first, last = bins["share_median"].iloc[0], bins["share_median"].iloc[-1]
+    model, note = fit_theory(eng)
+    curves = pd.DataFrame() if model is None else theory_curves(model, bins["h_min"].min(), bins["h_max"].max())
+    return AuditResult(source=source, fmt=eng.fmt, horizon_kind=eng.horizon_kind, bins=bins, overall=overall,
+                       trends=trends, dilution=float(first / last) if last > 0 else math.inf, problems=eng.problems,
+                       categorised=eng.categorised,
+                       n_rows=eng.n_rows, model=model, model_note=note, curves=curves)
