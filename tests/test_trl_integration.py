@@ -49,7 +49,7 @@ SCRIPT_READS = [
     [MISLEADING], [ReadSpan("relevant", 1, 2, 0, 3)], [ReadSpan("invalid", 1, 3, 0, 4)], [],
 ]
 SCRIPT_NAMES = [["alpha-sort"], ["alpha-sorx"], ["alpha-sort", "beta-merge"], [], ["alpha-sort"], ["gamma-plot"],
-                ["alpha-sort"], [], ["alpha-sorx"], ["beta-merge"], ["two words"], []]
+                ["alpha-sort"], [], ["alpha-sorx"], ["beta-merge"], ["two-words"], []]
 GROUP = torch.arange(len(SCRIPT)) // 4
 PROMPTS = ("task: sort list slate: alpha-sort alpha-sorx", "task: sort two words slate: beta-merge gamma-plot",
            "task: list two words slate: alpha-sort gamma-plot")
@@ -100,13 +100,14 @@ def test_find_reads_on_hand_made_tokens():
     assert [(r.name, r.name_start, r.name_end, r.call_start, r.call_end) for r in found] == [
         ("alpha-sort", 2, 3, 1, 4), ("two words", 6, 8, 5, 9)]  # multi-word name; the unclosed call is no read
     spans, names = read_spans(ids, tok, {**SLATE, "two  words": "relevant"})
-    assert names == ["alpha-sort", "two words"] and [s.category for s in spans] == ["oracle", "relevant"]
+    assert names == ["alpha-sort", "two-words"] and [s.category for s in spans] == ["oracle", "relevant"]
+    assert read_spans(ids, tok, {"two-words": "misleading"})[0][1].category == "misleading"  # stored or written form
     assert [s.category for s in read_spans(ids, tok, {})[0]] == ["invalid", "invalid"]
     custom = find_reads(tok("step alpha-sort done", add_special_tokens=False)["input_ids"], tok, ReadFormat("step", "done"))
     assert [(r.name, r.name_start, r.call_end) for r in custom] == [("alpha-sort", 1, 3)]
 
 
-def _train(out, credit="skillgate", script_steps=(0,), **extra):
+def _train(out, credit="skillgate", script_steps=(0,), reward=_reward, **extra):
     torch.manual_seed(0)
     tok = _tokenizer()
     model = LlamaForCausalLM(LlamaConfig(vocab_size=len(WORDS), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
@@ -116,7 +117,7 @@ def _train(out, credit="skillgate", script_steps=(0,), **extra):
     args = GRPOConfig(output_dir=str(out), report_to="none", max_steps=2, num_generations=4,
                       per_device_train_batch_size=len(SCRIPT), max_completion_length=10, logging_steps=1,
                       use_cpu=True, bf16=False, learning_rate=5e-2, save_strategy="no", seed=0, **extra)
-    trainer = _Recording(model=model, args=args, processing_class=tok, reward_funcs=_reward, train_dataset=Dataset.from_list(rows),
+    trainer = _Recording(model=model, args=args, processing_class=tok, reward_funcs=reward, train_dataset=Dataset.from_list(rows),
                          peft_config=peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"),
                          credit=credit, script_steps=script_steps)
     before = {k: v.detach().clone() for k, v in trainer.model.named_parameters()}
@@ -234,7 +235,7 @@ def test_completions_parquet_carries_channel_columns(run):
     filtered = by_text[SCRIPT[4].replace(" </s>", "")]
     assert list(filtered.read_adv) == [0.0] and filtered.adv_exec == 0 and filtered.sel_weight == 0
     off_slate = by_text[SCRIPT[10].replace(" </s>", "")]
-    assert list(off_slate.read_skills) == ["two words"] and list(off_slate.read_categories) == ["invalid"]
+    assert list(off_slate.read_skills) == ["two-words"] and list(off_slate.read_categories) == ["invalid"]
     assert list(off_slate.read_tok_end) == [3] and list(off_slate.read_adv) == [0.0] and off_slate.sel_weight == 0
     # TRL's own scalar column is the broadcast outcome advantage; adv_exec is the same number.
     assert first["adv_exec"].to_numpy() == pytest.approx(first["advantage"].to_numpy(), rel=1e-5)
@@ -245,7 +246,7 @@ def test_utility_credit_carries_skill_values_across_steps(tmp_path):
     """Both steps scripted: step 0 sees only the prior (no name credit), step 1 the values step 0 left."""
     trainer, tok, *_ = _train(tmp_path, credit="utility", script_steps=(0, 1))
     # After step 0 (first observations): each skill's mean outcome over the trajectories that read it.
-    after_0 = {"alpha-sort": 0.5, "alpha-sorx": 0.5, "beta-merge": 0.5, "gamma-plot": 0.0, "two words": 1.0}
+    after_0 = {"alpha-sort": 0.5, "alpha-sorx": 0.5, "beta-merge": 0.5, "gamma-plot": 0.0, "two-words": 1.0}
     assert trainer.skill_values.values == pytest.approx(after_0)  # step 1 saw the same outcomes: unchanged
     first, second = trainer.generated
     name_tokens = [(0, 1), (1, 1), (2, 1), (2, 4), (8, 1), (9, 1), (10, 1), (10, 2)]  # of the kept groups
@@ -282,3 +283,211 @@ def test_the_kit_audit_reads_the_trl_run(run):
     result = audit.run_audit(out, fmt="trl", tasks=tasks, tokenizer=tok, split=None, n_boot=50, skip_bad=True)
     assert result.n_rows + sum(result.problems.skipped.values()) == 2 * len(SCRIPT)  # two logged steps
     assert result.n_rows >= len(SCRIPT) and 0 < result.overall["oracle_read"] <= 1
+
+
+# ------------------------------------------------------------------ the kit's environment, multi-turn
+
+
+def test_an_oracle_read_of_the_env_dataset_is_oracle():
+    """The read the policy writes (the name's words) is matched to the stored, hyphenated slate name."""
+    from skillgate_lib.env import SkillSlateEnv, display_name, load_tokenizer
+    from skillgate_lib.integrations.trl import env_dataset
+
+    env, tok = SkillSlateEnv(), load_tokenizer()
+    row = env_dataset(env, n_tasks=1, seed=0)[0][0]
+    assert "-" in row["oracle"] and row["skill_names"][row["skill_categories"].index("oracle")] == row["oracle"]
+    text = f"<read> {display_name(row['oracle'])} </read>"
+    spans, names = read_spans(tok(text, add_special_tokens=False)["input_ids"], tok,
+                              dict(zip(row["skill_names"], row["skill_categories"])))
+    assert [s.category for s in spans] == ["oracle"] and names == [row["oracle"]]
+
+
+class _EnvRecording(SkillGateGRPOTrainer):
+    """On the kit's environment: scripts step 0's turns from the environment's own demonstrations
+    (``plans[k]``: the reads of the k-th rollout of each group) and records each generation batch."""
+
+    def __init__(self, *a, env, reward, plans, **k):
+        super().__init__(*a, **k)
+        self.env, self.plans = env, plans
+        self.by_prompt = {" ".join(env.prompt(t, s).split()): (t, s) for t, s in reward.episodes.values()}
+        self.generated: list[dict] = []
+        self.losses: list[torch.Tensor] = []
+
+    def plan_reads(self, task, slate, k: int) -> list[str]:
+        return [pick(task, slate) for pick in self.plans[k]]
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        if self.state.global_step != 0:
+            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
+        tok, turns = self.processing_class, []
+        for i, ids in enumerate(prompt_ids):
+            prompt, _, so_far = tok.decode(ids).partition("respond :")
+            task, slate = self.by_prompt[prompt.strip() + " respond :"]
+            done = so_far.split()
+            if not done:  # a first turn: the i-th rollout of its group
+                k = i % self.num_generations
+            else:  # a later turn: the plan whose first read this episode made
+                k = next(k for k in range(len(self.plans))
+                         if self.env.demonstration(task, slate, self.plan_reads(task, slate, k)).split()[:len(done)] == done)
+            rest = (self.env.demonstration(task, slate, self.plan_reads(task, slate, k)) + " </s>").split()[len(done):]
+            rest = rest[: rest.index("</read>") + 1] if "</read>" in rest else rest
+            turns.append(tok(" ".join(rest), add_special_tokens=False)["input_ids"])
+        return turns, None
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        self.generated.append({k: output[k].detach().cpu().clone() for k in
+                               ("completion_ids", "completion_mask", "tool_mask", "advantages", "num_items_in_batch")}
+                              | {"task_id": [x["task_id"] for x in inputs]})
+        return output
+
+    def _compute_loss(self, model, inputs):
+        loss = super()._compute_loss(model, inputs)
+        self.losses.append(loss.detach().cpu().clone())
+        return loss
+
+
+def _first(category: str):
+    return lambda task, slate: next(c.name for c in slate.candidates if c.category == category)
+
+
+def _off_slate(task, slate):
+    from skillgate_lib.skills import load_library
+
+    return next(n for n in sorted(load_library()) if slate.category(n) is None)
+
+
+# Each group: a lone oracle read (succeeds), a misleading read, a relevant read then the oracle (succeeds:
+# execution follows the last body), an off-slate read (fails): every group is kept, and only the first
+# rollout's read is a lone oracle read (u = 1), so its selector advantage is 1 - 1/5 > 0.
+PLANS = ((_first("oracle"),), (_first("misleading"),), (_first("relevant"), _first("oracle")), (_off_slate,))
+
+
+@pytest.fixture(scope="module")
+def env_run(tmp_path_factory):
+    import os
+
+    from skillgate_lib.env import SkillSlateEnv
+    from skillgate_lib.integrations.trl import env_dataset, use_kit_chat_format, write_task_table
+    from skillgate_lib.models import load_policy
+
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    out = tmp_path_factory.mktemp("trl_env")
+    torch.manual_seed(0)
+    env = SkillSlateEnv()
+    model, tok = load_policy("tiny")
+    use_kit_chat_format(tok)
+    dataset, reward = env_dataset(env, n_tasks=2, seed=0, tools=True)
+    write_task_table(dataset, out / "tasks.jsonl")
+    args = GRPOConfig(output_dir=str(out), report_to="none", max_steps=2, num_generations=len(PLANS),
+                      per_device_train_batch_size=2 * len(PLANS), max_completion_length=160, logging_steps=1,
+                      log_completions=True, use_cpu=True, bf16=False, learning_rate=1e-3, save_strategy="no", seed=0)
+    trainer = _EnvRecording(model=model, args=args, processing_class=tok, reward_funcs=reward, train_dataset=dataset,
+                            environment_factory=reward.environment, env=env, reward=reward, plans=PLANS,
+                            peft_config=peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                                        task_type="CAUSAL_LM"))
+    trainer.train()
+    return trainer, env, reward, tok, out
+
+
+def _slate(reward, task_id: str) -> dict[str, str]:
+    return {c.name: c.category for c in reward.episodes[task_id][1].candidates}
+
+
+def _episodes(batch, reward, tok):
+    """Each recorded completion: its text, the environment's verdict, its length."""
+    for ids, n, tid in zip(batch["completion_ids"], batch["completion_mask"].sum(dim=1).tolist(), batch["task_id"]):
+        task, slate = reward.episodes[tid]
+        text = tok.decode(ids[: int(n)].tolist(), skip_special_tokens=True)
+        yield text, reward.env.score(task, slate, text), int(n)
+
+
+def test_trl_runs_the_kit_environment_multi_turn(env_run):
+    trainer, env, reward, tok, _ = env_run
+    assert len(trainer.generated) == 2 and trainer.state.global_step == 2
+    for step, batch in enumerate(trainer.generated):
+        for i, (text, outcome, n) in enumerate(_episodes(batch, reward, tok)):
+            ids, tool = batch["completion_ids"][i, :n].tolist(), batch["tool_mask"][i, :n].tolist()
+            # The inserted text is exactly the environment's reply to each read, and it alone carries no loss.
+            words = text.split()
+            env_words = [w for k, (w, m) in enumerate(zip(tok.convert_ids_to_tokens(ids), tool)) if not m]
+            served = "".join(env.tool_response(*reward.episodes[batch["task_id"][i]], " ".join(words[: j + 1]))
+                             for j, w in enumerate(words) if w == "</read>" and j + 1 < len(words))  # a last call
+            # is left unanswered only when its reply would pass max_completion_length
+            assert env_words == served.split(), (step, text)
+            assert all(m for w, m in zip(tok.convert_ids_to_tokens(ids), tool) if w in ("<read>", "</read>", "</s>"))
+            if step == 0:  # scripted from demonstrations: the plans' outcomes
+                assert outcome.reward == float(i % len(PLANS) in (0, 2)), text
+        # Inserted tokens get no advantage (so no loss); TRL's loss is the kit's (ratio 1 on the first iteration).
+        assert torch.all(batch["advantages"][batch["tool_mask"] == 0] == 0)
+
+
+def test_trl_credit_on_the_kit_environment(env_run):
+    trainer, env, reward, tok, _ = env_run
+    for step, batch in enumerate(trainer.generated):
+        episodes = list(_episodes(batch, reward, tok))
+        found = [read_spans(batch["completion_ids"][i, :n].tolist(), tok, _slate(reward, t))
+                 for i, ((_, _, n), t) in enumerate(zip(episodes, batch["task_id"]))]
+        # The trainer's categories are the environment's own (the verifier parses the reads of well-formed episodes).
+        for (spans, names), (text, outcome, _) in zip(found, episodes):
+            if not outcome.malformed:
+                assert [(s.category, n) for s, n in zip(spans, names)] == [(r.category, r.name) for r in outcome.reads], text
+        assert step > 0 or sum(s.category == "oracle" for spans, _ in found for s in spans) == 4
+        inputs = CreditInputs(torch.tensor([o.reward for _, o, _ in episodes], dtype=torch.float64),
+                              torch.arange(len(episodes)) // len(PLANS),
+                              (batch["completion_mask"] * batch["tool_mask"]).bool(), [spans for spans, _ in found])
+        credit = assign("skillgate", inputs)
+        N = int(batch["num_items_in_batch"])
+        torch.testing.assert_close(batch["advantages"], (credit.advantages * credit.weights * N).float(), rtol=1e-6, atol=1e-7)
+        if step == 0:
+            assert credit.groups_filtered == 0 and len(trainer.losses) >= 1
+            torch.testing.assert_close(trainer.losses[0].double(), -(credit.weights * credit.advantages).sum(),
+                                       rtol=1e-5, atol=1e-7)
+            for g in range(2):
+                lone = found[g * len(PLANS)][0]
+                assert [s.category for s in lone] == ["oracle"]
+                adv = batch["advantages"][g * len(PLANS), lone[0].name_start: lone[0].name_end]
+                assert torch.all(adv > 0)  # the lone oracle read: 1 - 1/5
+                assert credit.read_adv[g * len(PLANS)] == pytest.approx([0.8])
+                for k in range(1, len(PLANS)):  # every other read of the group: 0 - 1/5
+                    assert credit.read_adv[g * len(PLANS) + k] == pytest.approx([-0.2] * len(found[g * len(PLANS) + k][0]))
+
+
+def test_the_audit_reads_the_kit_environment_trl_run(env_run, capsys):
+    from skillgate_lib import audit
+    from skillgate_lib.__main__ import main
+    from skillgate_lib.integrations.trl import AUDIT_READ_PATTERN
+    from skillgate_lib.models import TINY_MODELS
+
+    trainer, env, reward, tok, out = env_run
+    first = pd.read_parquet(out / "completions" / "completions_00001.parquet")
+    assert set(first["task_id"]) == set(reward.episodes) and list(first["read_categories"].map(list)[:1]) == [["oracle"]]
+    assert [t.split() for t in first["completion"]] == [t.split() for t, _, _ in _episodes(trainer.generated[0], reward, tok)]
+    # The audit's text readers refuse a read of a skill the task table does not list (an off-slate read): --skip-bad.
+    flags = ["--format", "trl", "--tasks", str(out / "tasks.jsonl"), "--tokenizer", str(TINY_MODELS["tiny"]),
+             "--read-pattern", AUDIT_READ_PATTERN, "--n-boot", "50", "--split", "all", "--skip-bad"]
+    assert main(["audit", str(out), *flags, "--no-figures"]) == 0
+    assert "oracle" in capsys.readouterr().out
+    result = audit.run_audit(out, fmt="trl", tasks=out / "tasks.jsonl", tokenizer=str(TINY_MODELS["tiny"]),
+                             read_patterns=(AUDIT_READ_PATTERN,), split=None, n_boot=50, skip_bad=True)
+    logged = pd.concat([first, pd.read_parquet(out / "completions" / "completions_00002.parquet")])
+    invalid = logged["read_categories"].map(lambda c: "invalid" in list(c))
+    assert len(logged) == 2 * 2 * len(PLANS) and invalid.sum() >= 2  # step 0's scripted off-slate reads
+    assert result.n_rows == (~invalid).sum() and sum(result.problems.skipped.values()) == invalid.sum()
+    has_oracle = logged["read_categories"].map(lambda c: "oracle" in list(c))[~invalid]
+    assert result.overall["oracle_read"] == pytest.approx(has_oracle.mean()) and result.overall["oracle_read"] > 0
+
+
+def test_a_batch_with_every_group_filtered_takes_no_optimizer_step(tmp_path):
+    """Filter parity with the kit's trainer: constant rewards filter every group; weight decay and a KL term
+    would still move the LoRA weights under an optimizer step (the outcome baseline, which filters nothing, does)."""
+    frozen = {}
+    for credit in ("skillgate", "outcome"):
+        trainer, _, before, after = _train(tmp_path / credit, credit=credit, script_steps=(0, 1), weight_decay=0.5, beta=0.1,
+                                           reward=lambda completions, **_: [1.0] * len(completions))
+        lora = [k for k in before if "lora_A" in k]
+        frozen[credit] = all(torch.equal(before[k], after[k]) for k in lora)
+        skipped = [h["credit/update_skipped"] for h in trainer.state.log_history if "credit/update_skipped" in h]
+        assert skipped == ([1.0, 1.0] if credit == "skillgate" else [0.0, 0.0])
+        assert len(trainer.losses) == (0 if credit == "skillgate" else 2)
+    assert frozen == {"skillgate": True, "outcome": False}

@@ -3,6 +3,7 @@
 * :mod:`.domains`  the five domains: symbols, families, lookup tables, the chained procedure
 * :mod:`.library`  writing the SKILL.md library; the train / eval split
 * :mod:`.episode`  tasks, prompts, the read protocol, the verifier, demonstrations
+* :mod:`.names`    how a read call's words name a skill (the one matching rule)
 * :mod:`.policies` scripted reference policies and selectors
 """
 
@@ -10,8 +11,9 @@ from ..tokenizer import load_tokenizer, token_spans
 from .domains import DOMAINS, VARIANTS, Domain, family_tables, parse_table, render_table, run_chain
 from .episode import (
     ANSWER_CLOSE, ANSWER_OPEN, BODY_CLOSE, BODY_OPEN, ERROR_CLOSE, ERROR_OPEN, MAX_HORIZON, PROMPT_END, READ_CLOSE,
-    READ_OPEN, EpisodeError, Outcome, Read, SkillSlateEnv, Task, display_name,
+    READ_OPEN, EpisodeError, Outcome, Read, SkillSlateEnv, Task,
 )
+from .names import display_name, skill_name
 from .library import EVAL_PERCENT, description, skill_md, split_of, write_library
 from .policies import (
     POLICIES, cue_selector, misleading_read_policy, mixed_reads, name_match_selector, no_read_policy, oracle_policy,
@@ -21,7 +23,7 @@ from .policies import (
 __all__ = [
     "DOMAINS", "VARIANTS", "Domain", "family_tables", "parse_table", "render_table", "run_chain",
     "ANSWER_CLOSE", "ANSWER_OPEN", "BODY_CLOSE", "BODY_OPEN", "ERROR_CLOSE", "ERROR_OPEN", "MAX_HORIZON", "PROMPT_END",
-    "READ_CLOSE", "READ_OPEN", "EpisodeError", "Outcome", "Read", "SkillSlateEnv", "Task", "display_name",
+    "READ_CLOSE", "READ_OPEN", "EpisodeError", "Outcome", "Read", "SkillSlateEnv", "Task", "display_name", "skill_name",
     "EVAL_PERCENT", "description", "skill_md", "split_of", "write_library",
     "POLICIES", "cue_selector", "misleading_read_policy", "mixed_reads", "name_match_selector", "no_read_policy",
     "oracle_policy", "random_read_policy", "selector_policy", "load_tokenizer", "token_spans",

@@ -10,8 +10,10 @@
 
 Both engines hand over token ids, never the kit's read annotations, so both recover
 read actions the same way, with :func:`find_reads` below: one function, one
-configurable :class:`ReadFormat`. The credit itself is always
-:func:`skillgate_lib.credit.assign`; nothing here re-implements it.
+configurable :class:`ReadFormat`; a read's words name a skill by
+:func:`skillgate_lib.env.names.skill_name`, the rule the kit's environment serves bodies
+by. The credit itself is always :func:`skillgate_lib.credit.assign`; nothing here
+re-implements it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from skillgate_lib.credit import ReadSpan
+from skillgate_lib.env.names import skill_name
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,7 @@ class ReadFormat:
 
 @dataclass(frozen=True)
 class FoundRead:
-    """A read action located in a token sequence: its name and token index ranges ``[start, end)``."""
+    """A read action located in a token sequence: its words as written and token index ranges ``[start, end)``."""
 
     name: str
     name_start: int
@@ -48,50 +51,64 @@ class FoundRead:
     call_end: int
 
 
-def normalise_name(name: str) -> str:
-    """Skill names compare with runs of whitespace collapsed (names are whitespace-separated words)."""
-    return " ".join(name.split())
+class _TokenPositions:
+    """Character -> token index over ``tokenizer.decode(token_ids, skip_special_tokens=True)``.
+
+    A character belongs to token ``k`` when the decoded prefix ``token_ids[:k]`` is no
+    longer than its position and the prefix ``token_ids[:k + 1]`` is; prefix lengths grow
+    monotonically, so each lookup is a binary search over prefixes. This works for any
+    tokenizer (word-level, byte-level BPE, SentencePiece) without offset mappings, and
+    indexes the ids actually sampled rather than a re-tokenisation of their text.
+    """
+
+    def __init__(self, token_ids: Sequence[int], tokenizer):
+        self.ids, self.tokenizer = list(token_ids), tokenizer
+        self.text = tokenizer.decode(self.ids, skip_special_tokens=True)
+        self._lengths: dict[int, int] = {}
+
+    def _prefix_len(self, k: int) -> int:
+        if k not in self._lengths:
+            self._lengths[k] = len(self.tokenizer.decode(self.ids[:k], skip_special_tokens=True))
+        return self._lengths[k]
+
+    def token_of(self, char: int) -> int:
+        lo, hi = 0, len(self.ids) - 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._prefix_len(mid + 1) > char:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
 
 
 def find_reads(token_ids: Sequence[int], tokenizer, fmt: ReadFormat = ReadFormat()) -> list[FoundRead]:
     """Every read call in ``token_ids`` (a response), in order, with exact token positions.
 
     The text is ``tokenizer.decode(token_ids, skip_special_tokens=True)`` (what TRL logs
-    and what the reward function scores). A character belongs to token ``k`` when the
-    decoded prefix ``token_ids[:k]`` is no longer than its position and the prefix
-    ``token_ids[:k + 1]`` is; prefix lengths grow monotonically, so each boundary is a
-    binary search over prefixes. This works for any tokenizer (word-level, byte-level
-    BPE, SentencePiece) without offset mappings, and indexes the ids actually sampled
-    rather than a re-tokenisation of their text. Empty names (``<read> </read>``) are
-    skipped: they name no skill.
+    and what the reward function scores); positions come from :class:`_TokenPositions`.
+    Empty names (``<read> </read>``) are skipped: they name no skill.
     """
-    ids = list(token_ids)
-    text = tokenizer.decode(ids, skip_special_tokens=True)
-    lengths: dict[int, int] = {}
-
-    def prefix_len(k: int) -> int:
-        if k not in lengths:
-            lengths[k] = len(tokenizer.decode(ids[:k], skip_special_tokens=True))
-        return lengths[k]
-
-    def token_of(char: int) -> int:
-        lo, hi = 0, len(ids) - 1
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if prefix_len(mid + 1) > char:
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
-
+    pos = _TokenPositions(token_ids, tokenizer)
     found = []
-    for m in fmt.pattern.finditer(text):
-        name = normalise_name(m.group(1))
+    for m in fmt.pattern.finditer(pos.text):
+        name = " ".join(m.group(1).split())
         if not name:
             continue
-        found.append(FoundRead(name, token_of(m.start(1)), token_of(m.end(1) - 1) + 1,
-                               token_of(m.start()), token_of(m.end() - 1) + 1))
+        found.append(FoundRead(name, pos.token_of(m.start(1)), pos.token_of(m.end(1) - 1) + 1,
+                               pos.token_of(m.start()), pos.token_of(m.end() - 1) + 1))
     return found
+
+
+def first_call_end(token_ids: Sequence[int], tokenizer, fmt: ReadFormat = ReadFormat()) -> int | None:
+    """Tokens up to and including the close tag of the first read call (empty or not), or ``None``.
+
+    Where generation must stop for the environment to answer: a multi-turn engine cuts a
+    sampled turn here, whatever the tokenizer splits the close tag into.
+    """
+    pos = _TokenPositions(token_ids, tokenizer)
+    m = fmt.pattern.search(pos.text)
+    return None if m is None else pos.token_of(m.end() - 1) + 1
 
 
 def read_spans(token_ids: Sequence[int], tokenizer, categories: Mapping[str, str],
@@ -99,10 +116,14 @@ def read_spans(token_ids: Sequence[int], tokenizer, categories: Mapping[str, str
     """:func:`find_reads` with each read's slate category (``"invalid"`` when not on the slate).
 
     ``categories`` maps skill name -> ``oracle`` / ``misleading`` / ``relevant`` /
-    ``irrelevant``. Returns the kit's :class:`~skillgate_lib.credit.ReadSpan` list and
-    the names read, in order.
+    ``irrelevant``, keyed by the stored name (``ledger-negate-ruby``) or its words; a read
+    of the words ``ledger negate ruby`` names ``skill_name("ledger negate ruby")``, exactly
+    as the kit's environment matches it. Returns the kit's
+    :class:`~skillgate_lib.credit.ReadSpan` list and the skill names read (stored form), in order.
     """
-    table = {normalise_name(k): v for k, v in categories.items()}
+    table = {skill_name(k): v for k, v in categories.items()}
     found = find_reads(token_ids, tokenizer, fmt)
-    spans = [ReadSpan(table.get(r.name, "invalid"), r.name_start, r.name_end, r.call_start, r.call_end) for r in found]
-    return spans, [r.name for r in found]
+    names = [skill_name(r.name) for r in found]
+    spans = [ReadSpan(table.get(n, "invalid"), r.name_start, r.name_end, r.call_start, r.call_end)
+             for n, r in zip(names, found)]
+    return spans, names

@@ -1,29 +1,55 @@
-r"""SkillGate's two-channel credit as a TRL ``GRPOTrainer`` (TRL >= 1.16).
+r"""SkillGate's two-channel credit as a TRL ``GRPOTrainer`` (TRL >= 1.16), on the kit's multi-turn environment.
 
-:class:`SkillGateGRPOTrainer` overrides one hook, ``_generate_and_score_completions``:
-it lets TRL generate, score and batch as usual, then replaces TRL's per-completion
-advantage (shape ``(B,)``) with a per-token one (shape ``(B, T)``, aligned with
-``completion_ids``) built by :func:`skillgate_lib.credit.assign` from
+:class:`SkillGateGRPOTrainer` lets TRL generate, score and batch as usual, then replaces
+TRL's per-completion advantage (shape ``(B,)``) with a per-token one (shape ``(B, T)``,
+aligned with ``completion_ids``) built by :func:`skillgate_lib.credit.assign` from
 
 * rewards: TRL's gathered reward-function outputs, weighted and summed as TRL does;
 * groups: TRL's layout, ``num_generations`` consecutive completions per prompt;
-* reads: recovered from the sampled token ids by :func:`skillgate_lib.integrations.find_reads`,
-  their categories from each row's ``skill_names`` / ``skill_categories`` columns;
-* response mask: ``completion_mask`` (times ``tool_mask`` when tools inject text);
-* for ``credit="utility"``: the names read and the trainer's :class:`~skillgate_lib.credit.SkillValues`,
-  updated after each training batch's credit.
+* reads: recovered from the token ids by :func:`skillgate_lib.integrations.read_spans`
+  (names matched by :func:`skillgate_lib.env.names.skill_name`, as the environment
+  matches them), categories from each row's ``skill_names`` / ``skill_categories`` columns;
+* response mask: ``completion_mask`` times ``tool_mask`` (the inserted skill bodies carry no loss);
+* for methods with running skill values (``utility``): the names read and the trainer's
+  :class:`~skillgate_lib.credit.SkillValues`, updated after each training batch's credit.
 
+The environment as TRL tools (the multi-turn route)
+---------------------------------------------------
+:func:`env_dataset` with ``tools=True`` gives conversational prompts, and its reward's
+:meth:`EnvReward.environment` is TRL's ``environment_factory``: one :class:`SkillReads`
+per rollout, whose one tool ``read(skill)`` returns exactly the text the kit's
+environment inserts after a read (the skill body, or an error), via
+:meth:`SkillSlateEnv.tool_response <skillgate_lib.env.SkillSlateEnv.tool_response>`.
+TRL's tool loop inserts that text after the call, masks it with ``tool_mask`` and lets
+the policy continue; :class:`EnvReward` runs the verifier on the finished episode.
+
+The read is written in the kit's own syntax, ``<read> ledger negate ruby </read>``, by
+any model: :func:`use_kit_chat_format` gives the tokenizer a chat template that renders
+the user turn (the environment's prompt) verbatim, a ``read`` call as that syntax and a
+tool result as the inserted text, with no turn markers, plus the ``response_template``
+TRL parses calls with. The token stream TRL trains on is then exactly the kit's episode
+(``prompt``, ``<read> ... </read>``, `` <body> ... </body>``, step lines, answer), which
+the embedded model was warm-started on. The trainer stops each sampled turn at its first
+closed read call (:func:`skillgate_lib.integrations.first_call_end`), so the policy never
+conditions on a body it wrote itself, whatever the tokenizer splits ``</read>`` into.
+
+Dynamic sampling and filter parity
+----------------------------------
 The assigner's dynamic-sampling filter (``skillgate``, ``utility``: prompt groups whose
 rewards all agree get zero weight) applies as is; TRL logs the count as
-``credit/groups_filtered``. A generation batch with every group filtered has all-zero
-advantages, hence a zero policy loss; unlike the kit's trainer, TRL still takes the
-optimizer step (Adam's momentum, weight decay and a ``beta > 0`` KL term still act).
+``credit/groups_filtered``. A generation batch whose weights are all zero (every group
+filtered) takes no optimizer step, as in the kit's trainer: its micro-batches return a
+zero loss without a forward pass, no gradient is written, and ``torch.optim`` skips
+parameters without a gradient, so weights, Adam moments and weight decay stay as they
+were (``credit/update_skipped`` logs it). TRL's learning-rate schedule still advances
+one step (the kit's learning rate is constant). Under DeepSpeed this path is untested.
 
-Normalisation (why the advantages are scaled). The kit's loss is
-``sum_{i,t} weights[i,t] * surrogate(A[i,t])`` with each channel's token-mean and
-``lambda`` inside ``weights``. TRL 1.16's default ``loss_type="dapo"`` computes
-``sum_{i,t} mask * (-min(r A', clip(r) A')) / N`` where ``N = num_items_in_batch`` is the
-number of loss tokens in the whole generation batch, across processes (the
+Normalisation (why the advantages are scaled)
+---------------------------------------------
+The kit's loss is ``sum_{i,t} weights[i,t] * surrogate(A[i,t])`` with each channel's
+token-mean and ``lambda`` inside ``weights``. TRL 1.16's default ``loss_type="dapo"``
+computes ``sum_{i,t} mask * (-min(r A', clip(r) A')) / N`` where ``N = num_items_in_batch``
+is the number of loss tokens in the whole generation batch, across processes (the
 ``/num_processes`` in TRL's normaliser cancels DDP's gradient averaging, and TRL scales
 for gradient accumulation itself). Because ``weights >= 0``,
 ``-min(r w A, clip(r) w A) = w * (-min(r A, clip(r) A))``, so feeding TRL
@@ -42,16 +68,24 @@ is per step; with ``steps_per_generation = k * gradient_accumulation_steps`` eac
 outcome advantage is group-normalised). The KL term (``beta``), the entropy bonus and
 entropy / off-policy masks keep TRL's behaviour.
 
-Logging. TRL's ``completions_<step>.parquet`` (``log_completions=True``; use
-``logging_steps=1``, since TRL keeps only the latest generation batch) keeps TRL's
-scalar ``advantage`` column (the broadcast outcome advantage) and gains the kit's
-trajectory columns (:mod:`skillgate_lib.logs`): ``response_tokens``, ``read_skills``,
-``read_categories``, ``read_tok_start``, ``read_tok_end``, ``adv_exec``, ``read_adv``,
-``sel_weight`` and ``credit``.
+Logging
+-------
+TRL's ``completions_<step>.parquet`` (``log_completions=True``; use ``logging_steps=1``,
+since TRL keeps only the latest generation batch) keeps TRL's scalar ``advantage`` column
+(the broadcast outcome advantage). Its ``completion`` column holds the episode as the
+verifier scored it (the decoded completion, inserted bodies included: TRL's message list
+would drop the read calls, which live in ``tool_calls``), and it gains the dataset's
+``task_id`` / ``domain`` / ``horizon`` and the kit's trajectory columns
+(:mod:`skillgate_lib.logs`): ``response_tokens``, ``read_skills``, ``read_categories``,
+``read_tok_start``, ``read_tok_end``, ``adv_exec``, ``read_adv``, ``sel_weight`` and
+``credit``. :func:`write_task_table` writes the slates for ``python -m skillgate_lib audit``
+(``--read-pattern`` :data:`AUDIT_READ_PATTERN`: names are several words).
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import torch
@@ -61,10 +95,62 @@ from trl import GRPOTrainer
 
 from skillgate_lib import methods
 from skillgate_lib.credit import Credit, CreditConfig, CreditInputs, ReadSpan, SkillValues, assign
-from skillgate_lib.integrations import ReadFormat, read_spans
+from skillgate_lib.env.episode import READ_CLOSE, READ_OPEN
+from skillgate_lib.env.names import display_name
+from skillgate_lib.integrations import ReadFormat, first_call_end, read_spans
 
 NAMES_COLUMN = "skill_names"
 CATEGORIES_COLUMN = "skill_categories"
+TASK_COLUMNS = ("task_id", "domain", "horizon")
+"""Dataset columns copied into the completions parquet (the audit joins slates on ``task_id``)."""
+UPDATE_KEY = "skillgate_update"
+"""Generation-batch entry: False when every weight is zero (no optimizer step)."""
+READ_TOOL = "read"
+"""The tool's name (:meth:`SkillReads.read`); the chat template writes its calls as ``<read> skill </read>``."""
+AUDIT_READ_PATTERN = r"<read>\s*(?P<name>[^<>]+?)\s*</read>"
+"""``audit --read-pattern`` for the kit's several-word skill names."""
+
+CHAT_TEMPLATE = (
+    "{%- for m in messages -%}"
+    "{%- if m.role == 'assistant' -%}"
+    "{%- if m.content %} {{ m.content }}{% endif -%}"
+    "{%- for call in m.tool_calls or [] -%}"
+    "{%- if call.function.name == '" + READ_TOOL + "' %} " + READ_OPEN + " {{ call.function.arguments.skill }} " + READ_CLOSE +
+    "{%- else %} <call> {{ call.function | tojson }} </call>{% endif -%}"
+    "{%- endfor -%}"
+    "{%- elif m.role == 'tool' %} {{ m.content }}"
+    "{%- else %}{% if not loop.first %} {% endif %}{{ m.content }}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+)
+"""The kit's episode as a chat: the prompt verbatim, reads in the kit's syntax, tool results as inserted.
+
+No turn markers and an empty generation prompt, so a rendered conversation is the kit's
+token stream. Calls of other tools render as JSON (TRL checks that a template shows any call).
+"""
+
+RESPONSE_TEMPLATE = {
+    "defaults": {"role": "assistant"},
+    "start_anchor_pattern": r"\Z",  # a turn is parsed from where generation began
+    "fields": {
+        "tool_calls": {"open": READ_OPEN, "close": READ_CLOSE, "repeats": True, "content": "text",
+                       "transform": {"type": "function", "function": {"name": READ_TOOL, "arguments": {"skill": "{content}"}}}},
+        "content": {"content": "text"},
+    },
+}
+"""transformers ``response_template``: ``<read> WORDS </read>`` is a ``read(skill=WORDS)`` call, the rest is content."""
+
+
+def use_kit_chat_format(tokenizer):
+    """Give ``tokenizer`` :data:`CHAT_TEMPLATE` and :data:`RESPONSE_TEMPLATE` (in place; returns it).
+
+    What TRL's tool loop needs to run the kit's environment with any model: the embedded
+    word-level tokenizer has no chat template, and a chat model's own template would wrap
+    the episode in turn markers it was never shown in the kit.
+    """
+    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.response_template = RESPONSE_TEMPLATE
+    return tokenizer
 
 
 def fold_weights(credit: Credit, num_items: int) -> torch.Tensor:
@@ -135,6 +221,20 @@ class SkillGateGRPOTrainer(GRPOTrainer):
             raise ValueError(f"dataset row: {self.names_column!r} has {len(names)} entries, {self.categories_column!r} {len(cats)}")
         return dict(zip(names, cats))
 
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        completion_ids, logprobs = super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
+                                                                 has_tool_images)
+        if not self.tools:
+            return completion_ids, logprobs
+        # A turn ends at its first closed read call: the environment answers it before the policy goes on.
+        for i, ids in enumerate(completion_ids):
+            cut = first_call_end(ids, self.processing_class, self.read_format)
+            if cut is not None and cut < len(ids):
+                completion_ids[i] = ids[:cut]
+                if logprobs is not None:
+                    logprobs[i] = logprobs[i][:cut]
+        return completion_ids, logprobs
+
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         output = super()._generate_and_score_completions(inputs)
         mode = "train" if self.model.training else "eval"
@@ -143,11 +243,12 @@ class SkillGateGRPOTrainer(GRPOTrainer):
         if "tool_mask" in output:
             mask = mask * output["tool_mask"]
         lengths = output["completion_mask"].sum(dim=1).tolist()
-        local_reads, local_names = [], []
+        local_reads, local_names, local_texts = [], [], []
         for row, seq, n in zip(inputs, ids.tolist(), lengths):
             spans, names = read_spans(seq[: int(n)], self.processing_class, self._row_categories(row), self.read_format)
             local_reads.append(spans)
             local_names.append(names)
+            local_texts.append(self.processing_class.decode(seq[: int(n)], skip_special_tokens=True))
 
         acc = self.accelerator
         reads: list[list[ReadSpan]] = gather_object(local_reads)
@@ -159,13 +260,22 @@ class SkillGateGRPOTrainer(GRPOTrainer):
         credit = assign(self.credit_name, credit_inputs, self.credit_config)
         if self.skill_values is not None and mode == "train":
             self.skill_values.update(names, rewards)  # after assign: a batch's credit sees earlier batches only
+        update = bool(credit.weights.abs().sum() > 0)
         self._metrics[mode]["credit/groups_filtered"].append(float(credit.groups_filtered))
+        self._metrics[mode]["credit/update_skipped"].append(float(not update))
 
         rows = slice(acc.process_index * len(inputs), (acc.process_index + 1) * len(inputs))
         folded = fold_weights(credit, int(output["num_items_in_batch"]))
         output["advantages"] = folded[rows, : ids.shape[1]].to(device=ids.device, dtype=torch.float32)
-        self._log_channels(credit, credit_inputs, names)
+        output[UPDATE_KEY] = torch.tensor(update, device=ids.device)
+        self._log_channels(credit, credit_inputs, names, gather_object(local_texts), inputs)
         return output
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if UPDATE_KEY in inputs and not bool(inputs[UPDATE_KEY]):
+            # Every weight is zero: no forward pass and no gradient, so the optimizer step that follows changes nothing.
+            return torch.zeros((), device=self.accelerator.device, requires_grad=self.model.training)
+        return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
 
     def _outcome_rewards(self) -> torch.Tensor:
         """(B,) float64: TRL's gathered rewards, weighted and summed over reward functions."""
@@ -176,7 +286,12 @@ class SkillGateGRPOTrainer(GRPOTrainer):
                              "SkillGate credit needs a reward for every completion")
         return (r * self.reward_weights.to(r.device).unsqueeze(0)).nansum(dim=1).to(torch.float64).cpu()
 
-    def _log_channels(self, credit: Credit, inputs: CreditInputs, names: list[list[str]]) -> None:
+    def _log_channels(self, credit: Credit, inputs: CreditInputs, names: list[list[str]], texts: list[str],
+                      rows: list[dict[str, Any]]) -> None:
+        # TRL has just logged this batch's completions; log each as the episode the verifier scored.
+        logged = self._logs["completion"]
+        for k, text in enumerate(texts):
+            logged[len(logged) - len(texts) + k] = text
         share = credit.selector_share(inputs)
         columns = {
             "response_tokens": inputs.response_mask.sum(dim=1).tolist(),
@@ -189,6 +304,9 @@ class SkillGateGRPOTrainer(GRPOTrainer):
             "sel_weight": share.tolist(),
             "credit": [self.credit_name] * len(names),
         }
+        for column in TASK_COLUMNS:
+            if all(column in row for row in rows):
+                columns[column] = gather_object([row[column] for row in rows])
         for column, values in columns.items():
             self._logs["extra"][column].extend(values)
 
@@ -196,11 +314,67 @@ class SkillGateGRPOTrainer(GRPOTrainer):
 # ------------------------------------------------------------------ environment adapter
 
 
+def transcript(completion: str | Sequence[Mapping[str, Any]]) -> str:
+    """A completion as the kit's response text: a string as it is, or a TRL message list joined turn by turn.
+
+    Assistant turns give their content then their ``read`` calls as ``<read> skill </read>``;
+    tool turns give the text the environment inserted. With :data:`CHAT_TEMPLATE` this is the
+    decoded completion, word for word.
+    """
+    if isinstance(completion, str):
+        return completion
+    parts = []
+    for m in completion:
+        if m["role"] == "tool":
+            parts.append(str(m["content"]))
+            continue
+        if m.get("content"):
+            parts.append(str(m["content"]))
+        for call in m.get("tool_calls") or []:
+            fn = call["function"]
+            parts.append(f"{READ_OPEN} {fn['arguments'].get('skill', '')} {READ_CLOSE}" if fn["name"] == READ_TOOL
+                         else json.dumps(fn))
+    return " ".join(parts)
+
+
+class SkillReads:
+    """One rollout's view of the kit's environment, as TRL's ``environment_factory`` wants it.
+
+    TRL calls :meth:`reset` with the dataset row before the rollout and exposes every public
+    method but ``reset`` as a tool: here only :meth:`read`.
+    """
+
+    def __init__(self, env: Any, episodes: Mapping[str, tuple[Any, Any]]):
+        self.env, self.episodes = env, episodes
+        self.task = self.slate = None
+        self.calls: list[str] = []
+
+    def reset(self, task_id: str, **_: Any) -> None:
+        self.task, self.slate = self.episodes[task_id]
+        self.calls = []
+
+    def read(self, skill: str) -> str:
+        """Read a skill's instructions (its SKILL.md body).
+
+        Args:
+            skill: The skill's name as listed under "skills :", e.g. "ledger negate ruby".
+
+        Returns:
+            The skill body between <body> and </body>, or an error between <error> and </error>.
+        """
+        self.calls.append(skill)
+        so_far = " ".join(f"{READ_OPEN} {c} {READ_CLOSE}" for c in self.calls)
+        reply = self.env.tool_response(self.task, self.slate, so_far)
+        return "" if reply is None else reply.strip()  # None: the call's words hold a read tag (the verifier refuses it)
+
+
 class EnvReward:
-    """TRL reward function: the kit environment's verifier on each completion.
+    """TRL reward function: the kit environment's verifier on each finished episode.
 
     TRL calls it as ``reward(prompts=..., completions=..., completion_ids=..., **columns)``;
-    the ``task_id`` column finds the task and slate the prompt was made from.
+    the ``task_id`` column finds the task and slate the prompt was made from, and
+    :func:`transcript` gives the episode's text (reads and inserted bodies included).
+    :meth:`environment` is the matching ``environment_factory``.
     """
 
     __name__ = "env_reward"  # TRL names the reward column after the function
@@ -212,25 +386,32 @@ class EnvReward:
         out = []
         for completion, tid in zip(completions, task_id):
             task, slate = self.episodes[tid]
-            text = completion if isinstance(completion, str) else completion[-1]["content"]
-            out.append(float(self.env.score(task, slate, text).reward))
+            out.append(float(self.env.score(task, slate, transcript(completion)).reward))
         return out
 
+    def environment(self) -> SkillReads:
+        """A fresh per-rollout environment over the same tasks (pass ``environment_factory=reward.environment``)."""
+        return SkillReads(self.env, self.episodes)
 
-def env_dataset(env: Any, n_tasks: int, seed: int = 0) -> tuple[Dataset, EnvReward]:
+
+def env_dataset(env: Any, n_tasks: int, seed: int = 0, tools: bool = False) -> tuple[Dataset, EnvReward]:
     """Kit tasks as a TRL dataset plus the reward function that scores them.
 
-    ``env`` is a :class:`skillgate_lib.env.SkillSlateEnv` (``sample_tasks``, ``slate``,
-    ``prompt``, ``score``). Columns: ``prompt`` (text), ``task_id``, ``domain``,
-    ``horizon``, ``oracle`` and the slate as ``skill_names`` / ``skill_categories``.
+    ``env`` is a :class:`skillgate_lib.env.SkillSlateEnv`. Columns: ``prompt``, ``task_id``,
+    ``domain``, ``horizon``, ``oracle`` and the slate as ``skill_names`` / ``skill_categories``
+    (stored names). ``tools=False``: the prompt is text and the completion single-turn (the
+    policy never sees a body); ``tools=True``: the prompt is one user message, for TRL's tool
+    loop with ``environment_factory=reward.environment`` and :func:`use_kit_chat_format`.
+    Each task's slate is drawn from ``(task, seed)``, so a task drawn twice is the same row.
     """
     rows, episodes = [], {}
-    for k, task in enumerate(env.sample_tasks(n_tasks, split="train", seed=seed)):
-        slate = env.slate(task, seed=seed * 1_000_003 + k)
+    for task in env.sample_tasks(n_tasks, split="train", seed=seed):
+        slate = env.slate(task, seed=seed)
         tid = str(task.task_id)
         episodes[tid] = (task, slate)
+        prompt = env.prompt(task, slate)
         rows.append({
-            "prompt": env.prompt(task, slate),
+            "prompt": [{"role": "user", "content": prompt}] if tools else prompt,
             "task_id": tid,
             "domain": str(getattr(task, "domain", "")),
             "horizon": int(getattr(task, "horizon", -1)),
@@ -241,4 +422,23 @@ def env_dataset(env: Any, n_tasks: int, seed: int = 0) -> tuple[Dataset, EnvRewa
     return Dataset.from_list(rows), EnvReward(env, episodes)
 
 
-__all__ = ["SkillGateGRPOTrainer", "EnvReward", "env_dataset", "fold_weights"]
+def write_task_table(dataset: Dataset, path: str | Path) -> Path:
+    """The dataset's slates as the audit's ``--tasks`` JSONL: one object per task.
+
+    Skills are keyed by the words a read writes (``ledger negate ruby``), which is what the
+    audit's text readers find in a completion.
+    """
+    path = Path(path)
+    seen: dict[str, dict] = {}
+    for row in dataset:
+        if row["task_id"] not in seen:
+            seen[row["task_id"]] = {
+                "task_id": row["task_id"], "domain": row["domain"], "horizon": row["horizon"],
+                "skills": {display_name(n): c for n, c in zip(row[NAMES_COLUMN], row[CATEGORIES_COLUMN])},
+            }
+    path.write_text("".join(json.dumps(r) + "\n" for r in seen.values()))
+    return path
+
+
+__all__ = ["SkillGateGRPOTrainer", "EnvReward", "SkillReads", "env_dataset", "fold_weights", "transcript",
+           "use_kit_chat_format", "write_task_table", "CHAT_TEMPLATE", "RESPONSE_TEMPLATE", "AUDIT_READ_PATTERN"]
