@@ -50,7 +50,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from skillgate_lib import credit as credit_lib
 from skillgate_lib import models, paths, train
 from skillgate_lib.env import SkillSlateEnv, load_tokenizer
 
@@ -97,11 +96,7 @@ def run_kit(base, tokenizer, env: SkillSlateEnv, train_cfg: train.TrainConfig, n
     from skillgate_lib.rollout import generate
 
     torch.set_num_threads(train_cfg.threads)
-    model = train._lora(base, train_cfg)
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=train_cfg.lr, weight_decay=0.0)
-    ccfg = credit_lib.CreditConfig(selector_coef=train_cfg.selector_coef, shaping_bonus=train_cfg.shaping_bonus,
-                                   scale_rewards=train_cfg.scale_rewards)
+    model, params, opt, ccfg, skill_values = train.setup_training(base, train_cfg)
     forwards: list[int] = []
 
     def counted(*args, **kwargs):  # the trainer's own generate, with its decode-forward count kept
@@ -115,7 +110,7 @@ def run_kit(base, tokenizer, env: SkillSlateEnv, train_cfg: train.TrainConfig, n
         step_s, gen_s, resp_len, prompt_len, reads, env_frac = [], [], [], [], [], []
         for step in range(n_steps):
             t0 = time.perf_counter()
-            episodes, _, _, row = train.grpo_step(model, tokenizer, env, opt, params, train_cfg, ccfg, step)
+            episodes, _, _, row = train.grpo_step(model, tokenizer, env, opt, params, train_cfg, ccfg, step, skill_values)
             step_s.append(time.perf_counter() - t0)
             gen_s.append(row["time/generate_s"])
             resp_len.append(float(np.mean([len(e.response_ids) for e in episodes])))

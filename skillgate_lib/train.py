@@ -21,6 +21,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -132,6 +133,35 @@ def _lora(model, cfg: TrainConfig):
     lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=0.0, target_modules=list(cfg.lora_targets),
                       bias="none", task_type="CAUSAL_LM")
     return get_peft_model(model, lora)
+
+
+class Trainable(NamedTuple):
+    """What GRPO steps update and read, as :func:`setup_training` builds it."""
+
+    model: Any
+    """The policy: the base model wrapped with LoRA adapters (only those train)."""
+    params: list[torch.nn.Parameter]
+    """The trainable (LoRA) parameters."""
+    opt: torch.optim.Optimizer
+    """AdamW over ``params`` (no weight decay)."""
+    ccfg: credit_lib.CreditConfig
+    """The credit settings of the run."""
+    skill_values: credit_lib.SkillValues | None
+    """Fresh running per-skill values when the run's method needs them, else None."""
+
+
+def setup_training(base, cfg: TrainConfig) -> Trainable:
+    """LoRA on ``base`` (its init seeded from ``cfg.seed``), AdamW, credit settings and skill values of a run.
+
+    The one set-up :func:`train` and the GRPO-step benchmark share, so a benchmarked step is the trained one.
+    """
+    model = _lora(base, cfg)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
+    ccfg = credit_lib.CreditConfig(selector_coef=cfg.selector_coef, shaping_bonus=cfg.shaping_bonus,
+                                   scale_rewards=cfg.scale_rewards)
+    skill_values = credit_lib.SkillValues() if methods.get(cfg.method).needs_skill_values else None
+    return Trainable(model, params, opt, ccfg, skill_values)
 
 
 def _credit_inputs(episodes: list[Episode], batch, skill_values=None) -> credit_lib.CreditInputs:
@@ -291,12 +321,7 @@ def train(cfg: TrainConfig, progress: bool = True, resume: bool = False) -> pd.D
         writer.remove_partial_writes()
     env, eval_env = make_env(cfg), make_env(cfg, train=False)
     base, tokenizer = load_policy(cfg.model)
-    model = _lora(base, cfg)
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
-    ccfg = credit_lib.CreditConfig(selector_coef=cfg.selector_coef, shaping_bonus=cfg.shaping_bonus,
-                                   scale_rewards=cfg.scale_rewards)
-    skill_values = credit_lib.SkillValues() if methods.get(cfg.method).needs_skill_values else None
+    model, params, opt, ccfg, skill_values = setup_training(base, cfg)
     start = 0
     if resume and _checkpoint_path(run_dir).exists():
         state = torch.load(_checkpoint_path(run_dir), weights_only=False)

@@ -21,7 +21,7 @@ from skillgate_lib.rollout import generate, merged_lora
 def policy():
     torch.manual_seed(0)
     base, tokenizer = load_policy("tiny")
-    model = train._lora(base, train.TrainConfig())
+    model = train.setup_training(base, train.TrainConfig()).model
     with torch.no_grad():  # a LoRA update that changes the outputs, so folding it is tested
         for name, p in model.named_parameters():
             if "lora_B" in name:

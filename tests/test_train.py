@@ -36,18 +36,15 @@ def test_grpo_logs_finite_loss_moves_lora_and_freezes_base(tiny_model_dir, tmp_p
 
 
 def test_grpo_step_moves_lora_and_leaves_base_bit_identical(tmp_path):
-    from skillgate_lib import credit as credit_lib
     from skillgate_lib.env import SkillSlateEnv
 
     cfg = _cfg("tiny", tmp_path, credit="skillgate", prompts_per_step=4, group_size=8, max_new_tokens=160)
     base, tokenizer = load_policy("tiny")
-    model = train._lora(base, cfg)
-    params = [p for p in model.parameters() if p.requires_grad]
+    model, params, opt, ccfg, skill_values = train.setup_training(base, cfg)
     assert params and all("lora_" in n for n, p in model.named_parameters() if p.requires_grad)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    opt = torch.optim.AdamW(params, lr=cfg.lr)
     env = SkillSlateEnv()
-    norms = [train.grpo_step(model, tokenizer, env, opt, params, cfg, credit_lib.CreditConfig(), step)[3]["grad_norm"]
+    norms = [train.grpo_step(model, tokenizer, env, opt, params, cfg, ccfg, step, skill_values)[3]["grad_norm"]
              for step in range(3)]
     assert max(norms) > 0  # the selector channel has signal even when every reward is 0
     after = dict(model.named_parameters())
