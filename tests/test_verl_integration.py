@@ -150,3 +150,132 @@ def test_reward_side_annotation_round_trips():
     assert sg.decode_reads(extra[sg.READS_KEY]) == [ReadSpan("oracle", 2, 3, 1, 4), ReadSpan("invalid", 5, 6, 4, 7)]
     with pytest.raises(KeyError, match="skill_names"):
         sg.annotate(ids, tok, {})
+
+
+# ------------------------------------------------------------------ the kit's environment
+
+
+def _first(category: str):
+    return lambda slate: next(c.name for c in slate.candidates if c.category == category)
+
+
+def _off_slate(slate):
+    from skillgate_lib.skills import load_library
+
+    return next(n for n in sorted(load_library()) if slate.category(n) is None)
+
+
+# Per group: a lone oracle read (succeeds), a misleading read, a relevant read then the oracle (succeeds), an
+# off-slate read (fails): every group is kept and only the lone oracle read has u = 1.
+PLANS = ((_first("oracle"),), (_first("misleading"),), (_first("relevant"), _first("oracle")), (_off_slate,))
+
+
+def _episode_tokens(env, tok, task, slate, reads) -> tuple[list[int], list[bool]]:
+    """A demonstration's response ids and policy mask, the environment's replies marked as the kit's rollout marks them."""
+    words, policy = (env.demonstration(task, slate, reads) + " </s>").split(), []
+    while len(policy) < len(words):
+        policy.append(True)
+        if words[len(policy) - 1] == "</read>":
+            reply = env.tool_response(task, slate, " ".join(words[: len(policy)])).split()
+            assert words[len(policy): len(policy) + len(reply)] == reply
+            policy += [False] * len(reply)
+    return tok(" ".join(words), add_special_tokens=False)["input_ids"], policy
+
+
+def _kit_batch():
+    """Two tasks x PLANS as verl's agent loop lays a batch out, plus the kit's own annotation of each episode."""
+    from skillgate_lib.env import SkillSlateEnv, load_tokenizer
+    from skillgate_lib.integrations.verl_data import episode_of, verl_rows
+    from skillgate_lib.rollout import Episode, annotate
+
+    env, tok = SkillSlateEnv(), load_tokenizer()
+    rows = verl_rows(env, n_tasks=2, seed=0)
+    prompts, responses, policy, infos, uids, kit = [], [], [], [], [], []
+    for g, row in enumerate(rows):
+        task, slate = episode_of(env, row["extra_info"])
+        for plan in PLANS:
+            ids, mask = _episode_tokens(env, tok, task, slate, [pick(slate) for pick in plan])
+            prompt_ids = tok(row["prompt"][0]["content"], add_special_tokens=False)["input_ids"]
+            ep = Episode(task, slate, g, prompt_ids, ids, mask)
+            annotate(ep, env, tok)
+            prompts.append(prompt_ids), responses.append(ids), policy.append(mask), kit.append(ep)
+            infos.append(row["extra_info"]), uids.append(f"task-{g}")
+    P, R = max(map(len, prompts)), max(map(len, responses))
+    batch = {k: torch.zeros(len(kit), n, dtype=torch.long) for k, n in
+             (("prompts", P), ("responses", R), ("attention_mask", P + R), ("response_mask", R))}
+    for i, (p, r, m) in enumerate(zip(prompts, responses, policy)):
+        batch["prompts"][i, P - len(p):] = torch.tensor(p)  # verl: prompts left-padded, responses right-padded
+        batch["responses"][i, : len(r)] = torch.tensor(r)
+        batch["attention_mask"][i, P - len(p): P + len(r)] = 1
+        batch["response_mask"][i, : len(r)] = torch.tensor(m, dtype=torch.long)
+    data = DataProto.from_single_dict({**batch, "uid": np.array(uids, dtype=object),
+                                       "extra_info": np.array(infos, dtype=object)})
+    return env, tok, data, kit
+
+
+def test_reward_manager_and_estimator_on_the_kit_environment():
+    """What the SkillGate reward manager hands the estimator for kit episodes (bodies inserted by the environment):
+    the environment's own read categories, verl's response mask keeping inserted text out, and the kit's credit."""
+    from skillgate_lib.integrations.verl_data import DATA_SOURCE, compute_score
+
+    env, tok, data, kit = _kit_batch()
+    R = data.batch["responses"].shape[1]
+    payloads = [sg.reward_extra_info(data[i], tok)[sg.READS_KEY] for i in range(len(kit))]
+    reads = [sg.decode_reads(p) for p in payloads]
+    names = [sg.decode_read_names(p) for p in payloads]
+    assert reads == [ep.read_spans for ep in kit] and names == [ep.read_names for ep in kit]  # the kit's own annotation
+    assert [[s.category for s in r] for r in reads] == [[x.category for x in ep.outcome.reads] for ep in kit]
+    assert sum(s.category == "oracle" for r in reads for s in r) == 4 and names[0] == [kit[0].slate.oracle]
+    # The naive manager's score: compute_score on the decoded response (inserted bodies included).
+    scores = []
+    for i, ep in enumerate(kit):
+        n = len(ep.response_ids)
+        text = tok.decode(data.batch["responses"][i, :n].tolist(), skip_special_tokens=True)
+        scores.append(compute_score(DATA_SOURCE, text, ep.task.gold_answer, data.non_tensor_batch["extra_info"][i]))
+    assert scores == [ep.outcome.reward for ep in kit] == [1.0, 0.0, 1.0, 0.0] * 2
+    token_rewards = torch.zeros(len(kit), R)
+    for i, (ep, s) in enumerate(zip(kit, scores)):
+        token_rewards[i, len(ep.response_ids) - 1] = s
+    mask = data.batch["response_mask"].float()
+    with sg.read_annotation(reads):
+        adv, _ = core_algos.get_adv_estimator_fn("skillgate")(
+            token_level_rewards=token_rewards, response_mask=mask, index=data.non_tensor_batch["uid"],
+            config=AlgoConfig(adv_estimator="skillgate"))
+    # The kit's trainer on the same episodes: its response mask is the rollout's policy mask.
+    inputs = CreditInputs(torch.tensor(scores, dtype=torch.float64), torch.arange(len(kit)) // len(PLANS),
+                          mask.bool(), [ep.read_spans for ep in kit])
+    credit = assign("skillgate", inputs)
+    torch.testing.assert_close(adv, (credit.advantages * credit.weights * int(mask.sum())).float())
+    assert torch.all(adv[mask == 0] == 0) and (mask == 0).sum() > 0  # inserted bodies: no loss
+    for g in range(2):
+        lone = reads[g * len(PLANS)][0]
+        assert torch.all(adv[g * len(PLANS), lone.name_start: lone.name_end] > 0)  # lone oracle read: 1 - 1/5
+        assert credit.read_adv[g * len(PLANS)] == pytest.approx([0.8])
+
+
+def test_utility_estimator_carries_skill_values(monkeypatch):
+    """``skillgate_utility``: batch 1 sees the prior only; batch 2 the values batch 1 left, by stored skill name."""
+    from skillgate_lib.credit import SkillValues
+
+    env, tok, data, kit = _kit_batch()
+    monkeypatch.setattr(sg, "SKILL_VALUES", SkillValues())
+    reads, names = [ep.read_spans for ep in kit], [ep.read_names for ep in kit]
+    R = data.batch["responses"].shape[1]
+    token_rewards = torch.zeros(len(kit), R)
+    for i, ep in enumerate(kit):
+        token_rewards[i, len(ep.response_ids) - 1] = ep.outcome.reward
+    mask, uids = data.batch["response_mask"].float(), data.non_tensor_batch["uid"]
+    fn = core_algos.get_adv_estimator_fn("skillgate_utility")
+    assert fn is sg.compute_utility_advantage
+    with pytest.raises(ValueError, match="no skill names"):
+        fn(token_level_rewards=token_rewards, response_mask=mask, index=uids, reads=reads)
+    for step in range(2):
+        before = SkillValues(values=dict(sg.SKILL_VALUES.values))
+        with sg.read_annotation(reads, names):
+            adv, _ = fn(token_level_rewards=token_rewards, response_mask=mask, index=uids)
+        inputs = CreditInputs(token_rewards.sum(-1).double(), torch.arange(len(kit)) // len(PLANS), mask.bool(), reads,
+                              names, before)
+        credit = assign("utility", inputs)
+        torch.testing.assert_close(adv, (credit.advantages * credit.weights * int(mask.sum())).float())
+        assert (step == 0) == all(a == 0 for row in credit.read_adv for a in row)
+    assert kit[0].slate.oracle in sg.SKILL_VALUES.values and all("-" in n for n in sg.SKILL_VALUES.values)

@@ -7,18 +7,26 @@
 # aggregation makes verl's loss equal the kit's sum(weights * surrogate) exactly; see
 # the docstring of skillgate_lib/integrations/verl.py.
 #
-# Data: parquet rows in verl's RL format whose extra_info carries the slate as
-# skill_names / skill_categories (what the reward manager needs to categorise reads),
-# and a compute_score(data_source, solution_str, ground_truth, extra_info) that returns
-# the environment's verdict. Usage: bash examples/verl/skillgate_grpo.sh MODEL TRAIN VAL SCORE_PY
+# Data: `python examples/verl/make_data.py --out data/verl` writes the kit's environment
+# as verl RL parquet rows whose extra_info carries the task and the slate (skill_names /
+# skill_categories: what the reward manager categorises reads by); the reward function is
+# skillgate_lib/integrations/verl_data.py:compute_score (the environment's verifier).
+# ESTIMATOR=skillgate_utility trains the utility baseline instead.
+#
+# Not run here (no Ray, no GPU). As written, verl's rollout is single-turn: the policy's
+# read call gets no skill body. Bodies need verl's tool agent loop with a tool that
+# answers `<read> words </read>` (SkillReads.read in skillgate_lib.integrations.trl is the
+# logic) and a tool parser for that syntax; verl's response_mask then keeps the body out
+# of the loss and the estimator takes it as is.
+# Usage: bash examples/verl/skillgate_grpo.sh MODEL [TRAIN VAL]
 set -euo pipefail
 MODEL=${1:?model path or HF id}
-TRAIN=${2:?train parquet}
-VAL=${3:?val parquet}
-SCORE=${4:?python file defining compute_score}
+TRAIN=${2:-data/verl/train.parquet}
+VAL=${3:-data/verl/val.parquet}
+SCORE=$(python -c "import skillgate_lib.integrations.verl_data as m; print(m.__file__)")
 
 python -m skillgate_lib.integrations.verl_runner \
-  algorithm.adv_estimator=skillgate \
+  algorithm.adv_estimator="${ESTIMATOR:-skillgate}" \
   algorithm.norm_adv_by_std_in_grpo=true \
   algorithm.use_kl_in_reward=false \
   trainer.use_v1=true \
@@ -46,5 +54,5 @@ python -m skillgate_lib.integrations.verl_runner \
   trainer.total_training_steps=100 \
   trainer.n_gpus_per_node="${N_GPUS:-8}" \
   trainer.nnodes=1 \
-  trainer.logger='["console"]' \
+  trainer.logger='["console","tensorboard"]' \
   trainer.rollout_data_dir=runs/verl_skillgate/rollouts

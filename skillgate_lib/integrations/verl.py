@@ -1,9 +1,11 @@
-r"""SkillGate's two-channel credit as a verl (0.9.x) advantage estimator: ``algorithm.adv_estimator=skillgate``.
+r"""SkillGate's two-channel credit as verl (0.9.x) advantage estimators: ``algorithm.adv_estimator=skillgate``.
 
-Importing this module registers :func:`compute_skillgate_advantage` in verl's registry
-(``verl.trainer.ppo.core_algos.register_adv_est("skillgate")``). The estimator calls
-:func:`skillgate_lib.credit.assign` and returns verl's ``(advantages, returns)``, both
-``(bs, L)``.
+Importing this module registers, in verl's registry (``verl.trainer.ppo.core_algos.register_adv_est``),
+one estimator per entry of :data:`ESTIMATORS`: ``skillgate`` (:func:`compute_skillgate_advantage`)
+and ``skillgate_utility`` (:func:`compute_utility_advantage`, the ``utility`` method: per-skill
+running values, :data:`SKILL_VALUES`, carried across steps in the process that computes
+advantages, verl's driver). Each calls :func:`skillgate_lib.credit.assign` and returns verl's
+``(advantages, returns)``, both ``(bs, L)``.
 
 How the read annotation reaches the estimator (the design choice)
 -----------------------------------------------------------------
@@ -16,11 +18,15 @@ log-probs and values from the TransferQueue. So nothing selector-specific can re
 estimator through verl's own path. The kit therefore carries it in two hops:
 
 1. reward side: the reward manager (``SkillGateRewardManager`` in
-   :mod:`~skillgate_lib.integrations.verl_runner`) finds the reads in each response's
-   token ids (:func:`skillgate_lib.integrations.read_spans`, categories from the row's
-   ``extra_info.skill_names`` / ``extra_info.skill_categories``) and emits them as
-   ``reward_extra_info["skillgate_reads"]``: a JSON string (:func:`encode_reads`), so it
-   rides verl's existing per-sample ``extra_fields`` untouched;
+   :mod:`~skillgate_lib.integrations.verl_runner`, which calls :func:`reward_extra_info`)
+   finds the reads in each response's token ids (:func:`skillgate_lib.integrations.read_spans`:
+   names matched by :func:`skillgate_lib.env.names.skill_name`, as the kit's environment
+   matches them; categories from the row's ``extra_info.skill_names`` /
+   ``extra_info.skill_categories``) and emits them as ``reward_extra_info["skillgate_reads"]``:
+   a JSON string (:func:`encode_reads`), so it rides verl's existing per-sample
+   ``extra_fields`` untouched. Environment text inside a response (a skill body a tool
+   inserted) is verl's business: its ``response_mask`` is 0 there, and the estimator
+   takes that mask as the response mask, so inserted tokens carry no loss;
 2. advantage side: the SkillGate trainer (``trainer.v1.trainer_mode=skillgate_sync``)
    overrides only ``_compute_advantage``: it fetches those strings for the batch's keys,
    decodes them and runs verl's unchanged ``_compute_advantage`` inside
@@ -63,35 +69,58 @@ import torch
 from verl.trainer.ppo.core_algos import register_adv_est
 
 from skillgate_lib import methods
-from skillgate_lib.credit import CreditConfig, CreditInputs, ReadSpan, assign
+from skillgate_lib.credit import CreditConfig, CreditInputs, ReadSpan, SkillValues, assign
 from skillgate_lib.integrations import ReadFormat, read_spans
 
 ESTIMATOR = "skillgate"
-"""verl's estimator name; the credit is that of the method of this name in :data:`skillgate_lib.methods.METHODS`."""
+"""verl's name for SkillGate's estimator (the ``skillgate`` method of :data:`skillgate_lib.methods.METHODS`)."""
+ESTIMATORS = {ESTIMATOR: "skillgate", "skillgate_utility": "utility"}
+"""verl estimator name -> the kit method (:data:`skillgate_lib.methods.METHODS`) whose credit it computes."""
 READS_KEY = "skillgate_reads"
 """``reward_extra_info`` key carrying each response's reads (JSON, see :func:`encode_reads`)."""
+SKILL_VALUES = SkillValues()
+"""The ``utility`` estimator's per-skill values, updated after each batch's credit (per process; not checkpointed)."""
 
-_READS: contextvars.ContextVar[Sequence[Sequence[ReadSpan]] | None] = contextvars.ContextVar("skillgate_reads", default=None)
+_READS: contextvars.ContextVar[tuple[Sequence[Sequence[ReadSpan]], Sequence[Sequence[str]] | None] | None] = (
+    contextvars.ContextVar("skillgate_reads", default=None))
 _CONFIG = [CreditConfig()]
 
 
 def configure(cfg: CreditConfig) -> None:
-    """Set lambda / eps for the estimator (``scale_rewards`` always follows ``norm_adv_by_std_in_grpo``)."""
+    """Set lambda / eps for the estimators (``scale_rewards`` always follows ``norm_adv_by_std_in_grpo``)."""
     _CONFIG[0] = cfg
 
 
-def encode_reads(spans: Sequence[ReadSpan]) -> str:
-    """One response's reads as JSON: ``[[category, name_start, name_end, call_start, call_end], ...]``."""
-    return json.dumps([[r.category, r.name_start, r.name_end, r.call_start, r.call_end] for r in spans])
+def encode_reads(spans: Sequence[ReadSpan], names: Sequence[str] | None = None) -> str:
+    """One response's reads as JSON: ``[[category, name_start, name_end, call_start, call_end, name], ...]``."""
+    names = [""] * len(spans) if names is None else list(names)
+    return json.dumps([[r.category, r.name_start, r.name_end, r.call_start, r.call_end, n] for r, n in zip(spans, names)])
+
+
+def _entries(payload: str, where: str) -> list[list]:
+    try:
+        entries = json.loads(payload)
+        if not isinstance(entries, list) or not all(isinstance(e, list) and len(e) in (5, 6) for e in entries):
+            raise ValueError("expected a list of 5- or 6-element lists")
+        return entries
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{where}: {READS_KEY!r} is not a JSON list of [category, name_start, name_end, "
+                         f"call_start, call_end, name] ({err})") from None
 
 
 def decode_reads(payload: str, where: str = "reads") -> list[ReadSpan]:
-    """Inverse of :func:`encode_reads`; a malformed payload is an error naming ``where``."""
+    """The spans of :func:`encode_reads`'s payload; a malformed payload is an error naming ``where``."""
+    entries = _entries(payload, where)
     try:
-        return [ReadSpan(str(c), int(a), int(b), int(d), int(e)) for c, a, b, d, e in json.loads(payload)]
+        return [ReadSpan(str(e[0]), int(e[1]), int(e[2]), int(e[3]), int(e[4])) for e in entries]
     except (TypeError, ValueError) as err:
         raise ValueError(f"{where}: {READS_KEY!r} is not a JSON list of [category, name_start, name_end, "
-                         f"call_start, call_end] ({err})") from None
+                         f"call_start, call_end, name] ({err})") from None
+
+
+def decode_read_names(payload: str, where: str = "reads") -> list[str]:
+    """The skill names of :func:`encode_reads`'s payload (stored form; ``""`` where none was recorded)."""
+    return [str(e[5]) if len(e) == 6 else "" for e in _entries(payload, where)]
 
 
 def annotate(response_ids: Sequence[int], tokenizer, extra_info: Mapping[str, Any],
@@ -100,14 +129,26 @@ def annotate(response_ids: Sequence[int], tokenizer, extra_info: Mapping[str, An
     names, cats = extra_info.get("skill_names"), extra_info.get("skill_categories")
     if names is None or cats is None:
         raise KeyError("row extra_info needs 'skill_names' and 'skill_categories' (the slate) for SkillGate credit")
-    spans, _ = read_spans(list(response_ids), tokenizer, dict(zip(names, cats)), fmt)
-    return {READS_KEY: encode_reads(spans)}
+    spans, read = read_spans(list(response_ids), tokenizer, dict(zip(names, cats)), fmt)
+    return {READS_KEY: encode_reads(spans, read)}
+
+
+def reward_extra_info(item, tokenizer, fmt: ReadFormat = ReadFormat()) -> dict[str, str]:
+    """What the SkillGate reward manager adds for one verl sample (a ``DataProtoItem``): its reads.
+
+    The response is ``item.batch["responses"]`` up to its valid length (the response part
+    of ``attention_mask``), the ids verl's naive manager decodes and scores, tool-inserted
+    text included; the slate is ``item.non_tensor_batch["extra_info"]``.
+    """
+    response_ids = item.batch["responses"]
+    n = int(item.batch["attention_mask"][-response_ids.shape[-1]:].sum())
+    return annotate(response_ids[:n].tolist(), tokenizer, item.non_tensor_batch.get("extra_info", {}), fmt)
 
 
 @contextlib.contextmanager
-def read_annotation(reads: Sequence[Sequence[ReadSpan]]) -> Iterator[None]:
-    """Within this block the ``skillgate`` estimator uses ``reads`` (one list per batch row)."""
-    token = _READS.set(reads)
+def read_annotation(reads: Sequence[Sequence[ReadSpan]], names: Sequence[Sequence[str]] | None = None) -> Iterator[None]:
+    """Within this block the estimators use ``reads`` (one list per batch row) and, for utility, ``names``."""
+    token = _READS.set((reads, names))
     try:
         yield
     finally:
@@ -120,19 +161,11 @@ def _config_get(config: Any, key: str, default: Any) -> Any:
     return config.get(key, default) if hasattr(config, "get") else getattr(config, key, default)
 
 
-@register_adv_est(ESTIMATOR)
-def compute_skillgate_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: np.ndarray,
-                                config: Any = None, reads: Sequence[Sequence[ReadSpan]] | None = None,
-                                **_: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """verl estimator: ``(advantages, returns)``, ``(bs, L)``, = the kit's ``A * weights * N``.
-
-    token_level_rewards: (bs, L) float, the outcome score on the last response token
-    response_mask:       (bs, L), 1 on loss-bearing response tokens
-    index:               (bs,) prompt uids; equal uids form a GRPO group
-    config:              ``algorithm`` config (reads ``norm_adv_by_std_in_grpo``)
-    reads:               bs lists of :class:`ReadSpan`; default: the enclosing :func:`read_annotation`
-    """
-    reads = _READS.get() if reads is None else reads
+def _advantage(method: str, token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: np.ndarray,
+               config: Any, reads: Sequence[Sequence[ReadSpan]] | None,
+               names: Sequence[Sequence[str]] | None) -> tuple[torch.Tensor, torch.Tensor]:
+    if reads is None:
+        reads, names = _READS.get() or (None, names)
     if reads is None:
         raise RuntimeError("skillgate estimator: no read annotation for this batch. verl's compute_advantage does not pass "
                            "one; run with trainer.v1.trainer_mode=skillgate_sync (skillgate_lib.integrations.verl_runner) "
@@ -140,11 +173,44 @@ def compute_skillgate_advantage(token_level_rewards: torch.Tensor, response_mask
     bs = token_level_rewards.shape[0]
     if len(reads) != bs or len(index) != bs:
         raise ValueError(f"skillgate estimator: batch has {bs} rows but {len(reads)} read annotations and {len(index)} uids")
+    spec = methods.get(method)
+    if spec.needs_skill_values and (names is None or any(n == "" for row in names for n in row)):
+        raise ValueError(f"{method} estimator: the read annotation carries no skill names; "
+                         "annotate reads with skillgate_lib.integrations.verl.annotate (names included)")
     _, group = np.unique(np.asarray(index, dtype=object).astype(str), return_inverse=True)
     cfg = replace(_CONFIG[0], scale_rewards=bool(_config_get(config, "norm_adv_by_std_in_grpo", True)))
     mask = response_mask.bool().cpu()
-    inputs = CreditInputs(token_level_rewards.sum(dim=-1).to(torch.float64).cpu(), torch.as_tensor(group, dtype=torch.long),
-                          mask, reads)
-    credit = assign(methods.get(ESTIMATOR).credit, inputs, cfg)
+    rewards = token_level_rewards.sum(dim=-1).to(torch.float64).cpu()
+    values = SKILL_VALUES if spec.needs_skill_values else None
+    inputs = CreditInputs(rewards, torch.as_tensor(group, dtype=torch.long), mask, reads,
+                          names if spec.needs_skill_values else None, values)
+    credit = assign(spec.credit, inputs, cfg)
+    if values is not None:
+        values.update(names, rewards)  # after assign: a batch's credit sees earlier batches only
     adv = (credit.advantages * credit.weights * int(mask.sum())).to(token_level_rewards.device, token_level_rewards.dtype)
     return adv, adv
+
+
+@register_adv_est(ESTIMATOR)
+def compute_skillgate_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: np.ndarray,
+                                config: Any = None, reads: Sequence[Sequence[ReadSpan]] | None = None,
+                                **_: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """verl estimator: ``(advantages, returns)``, ``(bs, L)``, = the kit's ``A * weights * N``.
+
+    token_level_rewards: (bs, L) float, the outcome score on the last response token
+    response_mask:       (bs, L), 1 on loss-bearing response tokens (0 on tool-inserted text)
+    index:               (bs,) prompt uids; equal uids form a GRPO group
+    config:              ``algorithm`` config (reads ``norm_adv_by_std_in_grpo``)
+    reads:               bs lists of :class:`ReadSpan`; default: the enclosing :func:`read_annotation`
+    """
+    return _advantage(ESTIMATORS[ESTIMATOR], token_level_rewards, response_mask, index, config, reads, None)
+
+
+@register_adv_est("skillgate_utility")
+def compute_utility_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: np.ndarray,
+                              config: Any = None, reads: Sequence[Sequence[ReadSpan]] | None = None,
+                              names: Sequence[Sequence[str]] | None = None, **_: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """verl estimator for the ``utility`` method: as :func:`compute_skillgate_advantage`, with each read's
+    selector signal the running value (:data:`SKILL_VALUES`) of the skill it names (``names``: bs lists,
+    parallel to ``reads``; default: the enclosing :func:`read_annotation`), updated after the batch."""
+    return _advantage(ESTIMATORS["skillgate_utility"], token_level_rewards, response_mask, index, config, reads, names)

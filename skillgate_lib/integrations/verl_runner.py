@@ -11,9 +11,9 @@ anything, then hands over to verl's own ``verl.trainer.main_ppo.main``::
 
 (``examples/verl/skillgate_grpo.sh`` is a complete command.) :func:`setup_worker` registers
 
-* the ``skillgate`` advantage estimator (:mod:`skillgate_lib.integrations.verl`);
+* the ``skillgate`` and ``skillgate_utility`` advantage estimators (:mod:`skillgate_lib.integrations.verl`);
 * the ``skillgate`` reward manager: verl's ``naive`` manager plus the read annotation
-  ``reward_extra_info["skillgate_reads"]``;
+  ``reward_extra_info["skillgate_reads"]`` (:func:`~skillgate_lib.integrations.verl.reward_extra_info`);
 * the ``skillgate_sync`` trainer: verl's ``sync`` v1 trainer whose ``_compute_advantage``
   fetches those annotations from the TransferQueue and runs verl's own
   ``_compute_advantage`` inside :func:`~skillgate_lib.integrations.verl.read_annotation`.
@@ -49,11 +49,7 @@ def setup_worker() -> None:
 
         async def run_single(self, data):
             out = await super().run_single(data)
-            item = data[-1:][0]
-            response_ids = item.batch["responses"]
-            n = int(item.batch["attention_mask"][-response_ids.shape[-1]:].sum())
-            out["reward_extra_info"].update(sg.annotate(response_ids[:n].tolist(), self.tokenizer,
-                                                        item.non_tensor_batch.get("extra_info", {})))
+            out["reward_extra_info"].update(sg.reward_extra_info(data[-1:][0], self.tokenizer))
             return out
 
     @register_trainer(TRAINER_MODE)
@@ -61,19 +57,20 @@ def setup_worker() -> None:
         """verl's sync v1 trainer; the advantage step sees each row's reads."""
 
         def _compute_advantage(self, batch, metrics):
-            if self.config.algorithm.adv_estimator != sg.ESTIMATOR:
+            if self.config.algorithm.adv_estimator not in sg.ESTIMATORS:
                 return super()._compute_advantage(batch, metrics)
             import transfer_queue as tq
 
             data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
-            reads = []
+            reads, names = [], []
             for key, fields in zip(batch.keys, data["extra_fields"].tolist()):
                 info = (fields or {}).get("reward_extra_info", {})
                 if sg.READS_KEY not in info:
                     raise KeyError(f"sample {key}: reward_extra_info has no {sg.READS_KEY!r}; "
                                    f"set reward.reward_manager.name={REWARD_MANAGER}")
                 reads.append(sg.decode_reads(info[sg.READS_KEY], where=f"sample {key}"))
-            with sg.read_annotation(reads):
+                names.append(sg.decode_read_names(info[sg.READS_KEY], where=f"sample {key}"))
+            with sg.read_annotation(reads, names):
                 return super()._compute_advantage(batch, metrics)
 
     _DONE.append(True)
