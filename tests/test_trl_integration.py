@@ -491,3 +491,28 @@ def test_a_batch_with_every_group_filtered_takes_no_optimizer_step(tmp_path):
         assert skipped == ([1.0, 1.0] if credit == "skillgate" else [0.0, 0.0])
         assert len(trainer.losses) == (0 if credit == "skillgate" else 2)
     assert frozen == {"skillgate": True, "outcome": False}
+
+
+def test_the_trl_example_runs(tmp_path, monkeypatch):
+    """examples/trl/train_skillgate.py as a user runs it, at CPU smoke-test size."""
+    import importlib.util
+    import json
+    import runpy
+    import sys
+    from pathlib import Path
+
+    out = tmp_path / "run"
+    report = "tensorboard" if importlib.util.find_spec("tensorboard") else "none"
+    script = Path(__file__).resolve().parents[1] / "examples" / "trl" / "train_skillgate.py"
+    monkeypatch.setattr(sys, "argv", [str(script), "--output-dir", str(out), "--n-tasks", "4", "--max-steps", "2",
+                                      "--max-completion-length", "128", "--report-to", report])
+    runpy.run_path(str(script), run_name="__main__")
+    config = json.loads((out / "config.json").read_text())
+    assert config["method"] == "skillgate" and config["credit"] == "skillgate" and config["versions"]["trl"]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["split"]) for r in rows] == [(1, "train"), (2, "train"), (2, "summary")]
+    assert all("credit/groups_filtered" in r and "rewards/env_reward/mean" in r for r in rows[:2])
+    assert sorted(p.name for p in (out / "completions").iterdir()) == ["completions_00001.parquet", "completions_00002.parquet"]
+    assert len((out / "tasks.jsonl").read_text().splitlines()) >= 1
+    if report == "tensorboard":
+        assert any((out / "runs").rglob("events.out.tfevents.*"))

@@ -80,17 +80,22 @@ would drop the read calls, which live in ``tool_calls``), and it gains the datas
 ``read_tok_start``, ``read_tok_end``, ``adv_exec``, ``read_adv``, ``sel_weight`` and
 ``credit``. :func:`write_task_table` writes the slates for ``python -m skillgate_lib audit``
 (``--read-pattern`` :data:`AUDIT_READ_PATTERN`: names are several words).
+
+Length (over 400 lines): a fifth is this docstring; the code is one trainer subclass and
+the environment's TRL-side pieces (tool, reward, dataset, chat format), used together.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import torch
 from accelerate.utils import gather_object
 from datasets import Dataset
+from transformers import TrainerCallback
 from trl import GRPOTrainer
 
 from skillgate_lib import methods
@@ -311,6 +316,27 @@ class SkillGateGRPOTrainer(GRPOTrainer):
             self._logs["extra"][column].extend(values)
 
 
+class MetricsJsonl(TrainerCallback):
+    """Append each of the trainer's log rows to ``<run_dir>/metrics.jsonl`` (the kit's log contract), main process only.
+
+    A row is ``{"step": global_step, "split": ..., **logs}`` with non-finite numbers as
+    ``null``; ``split`` is ``train``, ``eval`` or ``summary`` (the run totals TRL logs at the
+    end). ``report_to`` trackers (TensorBoard, W&B, trackio) get the same numbers through TRL.
+    """
+
+    def __init__(self, run_dir: str | Path):
+        self.path = Path(run_dir) / "metrics.jsonl"
+
+    def on_log(self, args, state, control, logs=None, **_: Any) -> None:
+        if not state.is_world_process_zero or not logs:
+            return
+        split = "eval" if any(k.startswith("eval_") for k in logs) else "summary" if "train_runtime" in logs else "train"
+        row = {"step": state.global_step, "split": split,
+               **{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in logs.items()}}
+        with self.path.open("a") as fh:
+            fh.write(json.dumps(row, sort_keys=True, default=float) + "\n")
+
+
 # ------------------------------------------------------------------ environment adapter
 
 
@@ -440,5 +466,5 @@ def write_task_table(dataset: Dataset, path: str | Path) -> Path:
     return path
 
 
-__all__ = ["SkillGateGRPOTrainer", "EnvReward", "SkillReads", "env_dataset", "fold_weights", "transcript",
+__all__ = ["SkillGateGRPOTrainer", "EnvReward", "MetricsJsonl", "SkillReads", "env_dataset", "fold_weights", "transcript",
            "use_kit_chat_format", "write_task_table", "CHAT_TEMPLATE", "RESPONSE_TEMPLATE", "AUDIT_READ_PATTERN"]

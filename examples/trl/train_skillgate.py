@@ -1,0 +1,134 @@
+"""SkillGate GRPO in TRL on the kit's environment: the skill read is a tool, TRL inserts its body and masks it.
+
+CPU smoke test (the embedded model, two steps, well under a minute)::
+
+    python examples/trl/train_skillgate.py --max-steps 2
+
+A real model on GPUs (any Hugging Face id or local path; see README "Scaling out")::
+
+    accelerate launch examples/trl/train_skillgate.py --model Qwen/Qwen2.5-0.5B-Instruct \\
+        --n-tasks 20000 --max-steps 100 --num-generations 8 --per-device-train-batch-size 8 \\
+        --max-completion-length 1024 --learning-rate 1e-6 --beta 3e-5 --bf16 --report-to tensorboard
+
+A run writes, under ``--output-dir``: ``config.json`` (every setting, package versions),
+``metrics.jsonl`` (one line per logged step), ``completions/completions_<step>.parquet``
+(every completion with the kit's per-read columns), ``tasks.jsonl`` (the slates, for the
+audit) and, with ``--report-to tensorboard``, TensorBoard event files under ``runs/``.
+The script ends by printing the ``python -m skillgate_lib audit`` command for the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory is experimental in TRL 1.16
+
+import torch  # noqa: E402
+from accelerate import PartialState  # noqa: E402
+from peft import LoraConfig  # noqa: E402
+from trl import GRPOConfig  # noqa: E402
+
+from skillgate_lib import cli, logs, methods  # noqa: E402
+from skillgate_lib.credit import CreditConfig  # noqa: E402
+from skillgate_lib.env import SkillSlateEnv  # noqa: E402
+from skillgate_lib.integrations.trl import (  # noqa: E402
+    AUDIT_READ_PATTERN, MetricsJsonl, SkillGateGRPOTrainer, env_dataset, use_kit_chat_format, write_task_table,
+)
+from skillgate_lib.models import TINY_MODELS, load_policy  # noqa: E402
+from skillgate_lib.seeding import seed_everything  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Args:
+    """Every setting of a run; each is a ``--flag``."""
+
+    model: str = "tiny"
+    """tiny (the committed RL warm start), tiny-base, smollm2-135m, or a Hugging Face id / local path"""
+    method: str = "skillgate"
+    """a trainable method of skillgate_lib.methods without a supervised term (skillgate, utility, outcome, ...)"""
+    output_dir: str = "runs/trl_skillgate"
+    """run directory"""
+    n_tasks: int = 64
+    """training tasks drawn from the environment"""
+    max_steps: int = 2
+    """GRPO steps (one generation batch each)"""
+    num_generations: int = 4
+    """rollouts per prompt (the GRPO group)"""
+    per_device_train_batch_size: int = 8
+    """completions per device per step (a multiple of num_generations)"""
+    max_completion_length: int = 192
+    """tokens per episode, policy and inserted bodies together"""
+    learning_rate: float = 1e-3
+    """LoRA learning rate (the smoke test's; 1e-6 for a real model)"""
+    beta: float = 0.0
+    """KL coefficient to the reference (3e-5 in the reference recipe)"""
+    temperature: float = 1.0
+    """sampling temperature"""
+    selector_coef: float = 0.2
+    """lambda: weight of the selector channel"""
+    lora_r: int = 8
+    """LoRA rank (alpha = 2 r) on every linear projection"""
+    bf16: bool = False
+    """bfloat16 autocast (GPU)"""
+    report_to: str = "none"
+    """tracker beside metrics.jsonl: none, tensorboard, wandb or trackio (TRL's report_to)"""
+    seed: int = 0
+    """seeds the tasks, LoRA init and sampling"""
+
+
+def parse(argv: list[str] | None = None) -> Args:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    cli.add_fields(parser, Args)
+    return cli.from_args(Args, parser.parse_args(argv))
+
+
+def audit_command(run_dir: Path, model: str) -> str:
+    """The audit of this run's completions (the tokenizer is the model's, or the embedded one's)."""
+    tokenizer = str(TINY_MODELS.get(model, model))
+    return shlex.join([sys.executable, "-m", "skillgate_lib", "audit", str(run_dir), "--format", "trl",
+                       "--tasks", str(run_dir / "tasks.jsonl"), "--tokenizer", tokenizer,
+                       "--read-pattern", AUDIT_READ_PATTERN, "--split", "all", "--skip-bad"])
+
+
+def main(argv: list[str] | None = None) -> SkillGateGRPOTrainer:
+    args = parse(argv)
+    method = methods.get(args.method)
+    seed_everything(args.seed)
+    out = Path(args.output_dir)
+    state = PartialState()
+    model, tokenizer = load_policy(args.model)
+    use_kit_chat_format(tokenizer)
+    dataset, reward = env_dataset(SkillSlateEnv(), args.n_tasks, seed=args.seed, tools=True)
+    if state.is_main_process:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "metrics.jsonl").unlink(missing_ok=True)
+        write_task_table(dataset, out / "tasks.jsonl")
+        config = {**asdict(args), "credit": method.credit, "engine": "trl", "versions": logs.package_versions()}
+        (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    grpo = GRPOConfig(
+        output_dir=str(out), max_steps=args.max_steps, num_generations=args.num_generations,
+        per_device_train_batch_size=args.per_device_train_batch_size, max_completion_length=args.max_completion_length,
+        learning_rate=args.learning_rate, beta=args.beta, temperature=args.temperature, loss_type="dapo",
+        scale_rewards="group", logging_steps=1, log_completions=True, report_to=args.report_to, bf16=args.bf16,
+        use_cpu=not torch.cuda.is_available(), save_strategy="no", seed=args.seed,
+    )
+    trainer = SkillGateGRPOTrainer(
+        model=model, args=grpo, processing_class=tokenizer, reward_funcs=reward, train_dataset=dataset,
+        environment_factory=reward.environment, callbacks=[MetricsJsonl(out)], credit=args.method,
+        credit_config=CreditConfig(selector_coef=args.selector_coef),
+        peft_config=LoraConfig(r=args.lora_r, lora_alpha=2 * args.lora_r, target_modules="all-linear", task_type="CAUSAL_LM"),
+    )
+    trainer.train()
+    if state.is_main_process:
+        print(f"\n{out}: config.json, metrics.jsonl, completions/, tasks.jsonl; audit it with\n  {audit_command(out, args.model)}")
+    return trainer
+
+
+if __name__ == "__main__":
+    main()
