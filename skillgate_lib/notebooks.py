@@ -1,10 +1,11 @@
 """Execute the numbered notebooks headless with papermill.
 
-The committed notebooks carry no outputs; executed copies are build products
-written to ``build/notebooks/``. A *profile* (``notebooks/profiles.yaml``) maps
-notebook names to papermill parameters: ``ci`` is the notebooks' own defaults
-(sized for CI), ``full`` the sizes the README's results come from, ``figures``
-only rebuilds figures from committed artifacts.
+The committed notebooks carry no outputs, and their metadata are what JupyterLab
+writes when it opens them (:func:`lab_metadata`), so opening one changes nothing;
+executed copies are build products written to ``build/notebooks/``. A *profile*
+(``notebooks/profiles.yaml``) maps notebook names to papermill parameters: ``ci`` is
+the notebooks' own defaults (sized for CI), ``full`` the sizes the README's results
+come from, ``figures`` only rebuilds figures from committed artifacts.
 """
 
 from __future__ import annotations
@@ -49,11 +50,55 @@ def expected_minutes(name: str, file: Path = PROFILES_FILE) -> float | None:
     return float(value) if value is not None else None
 
 
+#: The kernel every notebook runs on (papermill, the tests and JupyterLab alike).
+KERNEL = "python3"
+
+
+def _kernel_config():
+    """Kernel-manager settings for headless runs: CurveZMQ encryption of the kernel's TCP
+    sockets where ``jupyter_client`` offers it (ipykernel warns on every start without it)."""
+    from jupyter_client.manager import KernelManager
+    from traitlets.config import Config
+
+    config = Config()
+    if "transport_encryption" in KernelManager.class_trait_names():
+        config.KernelManager.transport_encryption = "auto"
+    return config
+
+
+def lab_metadata(kernel_name: str = KERNEL) -> dict:
+    """The notebook metadata JupyterLab writes when it opens a notebook on ``kernel_name``.
+
+    The lab sets ``kernelspec`` from the kernel's spec and ``language_info`` from the
+    running kernel's ``kernel_info`` reply, and marks the notebook changed unless both
+    already hold exactly that; so this starts the kernel and asks it. ``language_info``
+    holds the kernel's Python version.
+    """
+    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_client.manager import KernelManager
+
+    spec = KernelSpecManager().get_kernel_spec(kernel_name)
+    km = KernelManager(kernel_name=kernel_name, config=_kernel_config())
+    km.start_kernel()
+    client = km.client()
+    try:
+        client.start_channels()
+        client.wait_for_ready(timeout=60)
+        language_info = client.kernel_info(reply=True, timeout=60)["content"]["language_info"]
+    finally:
+        client.stop_channels()
+        km.shutdown_kernel(now=True)
+    return {"kernelspec": {"display_name": spec.display_name, "language": spec.language, "name": kernel_name},
+            "language_info": language_info}
+
+
 def run_notebook(path: Path, out_dir: Path, parameters: dict | None = None, stream: bool = False) -> Path:
     """Execute one notebook with papermill; return the executed copy's path.
 
     ``stream``: pass the kernel's stderr through to this process's, so progress bars of long
-    cells (a comparison's GRPO steps, with their ETA) show while the notebook runs.
+    cells (a comparison's GRPO steps, with their ETA) show while the notebook runs. In the
+    executed copy each cell's stream output is one block with carriage returns applied, so a
+    progress bar is one line, as in the lab, not one output per update.
     """
     import sys
 
@@ -66,7 +111,9 @@ def run_notebook(path: Path, out_dir: Path, parameters: dict | None = None, stre
         str(out),
         parameters=parameters or {},
         cwd=str(path.parent),
-        kernel_name="python3",
+        kernel_name=KERNEL,
+        config=_kernel_config(),
+        coalesce_streams=True,
         progress_bar=False,
         log_output=False,
         stderr_file=sys.stderr if stream else None,
