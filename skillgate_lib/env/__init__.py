@@ -1,4 +1,4 @@
-"""The skill-slate environment (see DESIGN.md, "The environment").
+"""The skill-slate environment (see docs/design.md, "The environment").
 
 * :mod:`.domains`  the five domains: symbols, families, lookup tables, the chained procedure
 * :mod:`.library`  writing the SKILL.md library; the train / eval split
