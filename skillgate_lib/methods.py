@@ -133,7 +133,7 @@ for _m in (
            paper_row="Selection BC"),
     Method("skill_free", "skill-free RL", "#bcbd22", credit="outcome", skill_free=True, paper_row="Skill-free RL"),
     Method("outcome", "outcome-only GRPO", "#d62728", credit="outcome", paper_row="outcome-only RL"),
-    Method("utility", "utility credit (Skill1-style)", "#e377c2", credit="utility", needs_skill_values=True,
+    Method("utility", "Skill1-style utility credit", "#e377c2", credit="utility", needs_skill_values=True,
            paper_row="Skill1-style utility credit"),
     Method("skillgate", "SkillGate", "#1f77b4", credit="skillgate", paper_row="SkillGate"),
     Method("masked_exec", "execution channel only", "#ff7f0e", credit="masked_exec", ablation=True),

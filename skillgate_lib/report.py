@@ -180,16 +180,21 @@ def plot_by_horizon(df: pd.DataFrame) -> plt.Figure:
 
 
 def results_markdown(table: pd.DataFrame) -> str:
-    """The results table as Markdown: kit rows (mean +- sd over seeds) beside the paper's numbers."""
+    """The results table as Markdown: kit rows (mean +- sd over seeds) beside the paper's numbers.
+
+    A row is labelled with its registry label and name (:mod:`skillgate_lib.methods`); the
+    paper's numbers are those of the row the registry says the method stands for.
+    """
     ref = REFERENCE.set_index("method")
     lines = ["| method | seeds | success % | oracle read % | misleading read % | reads / trial | "
              "paper: success | paper: oracle read | paper: misleading read |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for _, r in table.iterrows():
-        row = methods.METHODS[r["method"]].paper_row if r["method"] in methods.METHODS else None
-        paper = ref.loc[row] if row is not None else None
+        m = methods.METHODS.get(r["method"])
+        paper = ref.loc[m.paper_row] if m is not None and m.paper_row is not None else None
+        label = f"{m.label} (`{m.name}`)" if m is not None else r["method"]
         cells = [f"{r[c]:.1f} ± {r[c + '_sd']:.1f}" for c in ("success", "oracle_read", "misleading_read")]
         cells.append(f"{r['reads']:.2f} ± {r['reads_sd']:.2f}")
         ref_cells = [f"{paper[c]:.1f}" for c in ("success", "oracle_read", "misleading_read")] if paper is not None else ["–"] * 3
-        lines.append(f"| {r['method']} | {int(r['seeds'])} | " + " | ".join(cells + ref_cells) + " |")
+        lines.append(f"| {label} | {int(r['seeds'])} | " + " | ".join(cells + ref_cells) + " |")
     return "\n".join(lines) + "\n"

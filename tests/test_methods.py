@@ -31,7 +31,7 @@ def test_a_registered_method_runs_through_compare_report_and_the_cli(registry, t
 
     table = report.results_table(results.final_eval_trajectories(tmp_path))
     assert list(table["method"]) == ["toy"] and int(table["seeds"].iloc[0]) == 1
-    assert report.results_markdown(table).splitlines()[-1].startswith("| toy | 1 |")
+    assert report.results_markdown(table).splitlines()[-1].startswith("| toy baseline (`toy`) | 1 |")
     assert report.results_markdown(table).rstrip().endswith("| – | – | – |")  # no paper row named
     assert plots.METHOD_COLORS["toy"] == toy.color
 
