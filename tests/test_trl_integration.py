@@ -107,6 +107,30 @@ def test_find_reads_on_hand_made_tokens():
     assert [(r.name, r.name_start, r.call_end) for r in custom] == [("alpha-sort", 1, 3)]
 
 
+def test_a_turn_is_cut_after_its_first_read_call_whatever_the_tokenizer():
+    """first_call_end on a character-level tokenizer, where ``</read>`` is seven tokens (and on the word-level one)."""
+    from tokenizers import Regex, decoders
+
+    from skillgate_lib.integrations import first_call_end
+
+    text = "ok <read> two words </read> <body> x </body> <read> alpha-sort </read>"
+    chars = sorted(set(text))
+    core = Tokenizer(models.WordLevel({c: i for i, c in enumerate(["<unk>", *chars])}, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    core.decoder = decoders.Fuse()
+    char_tok = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>")
+    ids = char_tok(text, add_special_tokens=False)["input_ids"]
+    assert len(ids) == len(text)
+    cut = first_call_end(ids, char_tok)
+    assert char_tok.decode(ids[:cut]) == "ok <read> two words </read>"
+    at = text.index  # one token per character
+    assert [(r.name, r.name_start, r.name_end, r.call_end) for r in find_reads(ids, char_tok)] == [
+        ("two words", at("two"), at(" </read>"), cut), ("alpha-sort", at("alpha"), at("alpha") + 10, len(text))]
+    word = _tokenizer()
+    assert first_call_end(word("<read> </read> step", add_special_tokens=False)["input_ids"], word) == 2  # empty: still a call
+    assert first_call_end(word("step ok </read>", add_special_tokens=False)["input_ids"], word) is None
+
+
 def _train(out, credit="skillgate", script_steps=(0,), reward=_reward, **extra):
     torch.manual_seed(0)
     tok = _tokenizer()
@@ -513,6 +537,6 @@ def test_the_trl_example_runs(tmp_path, monkeypatch):
     assert [(r["step"], r["split"]) for r in rows] == [(1, "train"), (2, "train"), (2, "summary")]
     assert all("credit/groups_filtered" in r and "rewards/env_reward/mean" in r for r in rows[:2])
     assert sorted(p.name for p in (out / "completions").iterdir()) == ["completions_00001.parquet", "completions_00002.parquet"]
-    assert len((out / "tasks.jsonl").read_text().splitlines()) >= 1
+    assert len((out / "tasks.jsonl").read_text().splitlines()) >= 1 and (out / "tokenizer" / "tokenizer.json").is_file()
     if report == "tensorboard":
         assert any((out / "runs").rglob("events.out.tfevents.*"))

@@ -12,8 +12,9 @@ A real model on GPUs (any Hugging Face id or local path; see README "Scaling out
 
 A run writes, under ``--output-dir``: ``config.json`` (every setting, package versions),
 ``metrics.jsonl`` (one line per logged step), ``completions/completions_<step>.parquet``
-(every completion with the kit's per-read columns), ``tasks.jsonl`` (the slates, for the
-audit) and, with ``--report-to tensorboard``, TensorBoard event files under ``runs/``.
+(every completion with the kit's per-read columns), ``tasks.jsonl`` (the slates) and
+``tokenizer/`` (with the chat template the episodes were rendered with), both for the
+audit, and, with ``--report-to tensorboard``, TensorBoard event files under ``runs/``.
 The script ends by printing the ``python -m skillgate_lib audit`` command for the run.
 """
 
@@ -40,7 +41,7 @@ from skillgate_lib.env import SkillSlateEnv  # noqa: E402
 from skillgate_lib.integrations.trl import (  # noqa: E402
     AUDIT_READ_PATTERN, MetricsJsonl, SkillGateGRPOTrainer, env_dataset, use_kit_chat_format, write_task_table,
 )
-from skillgate_lib.models import TINY_MODELS, load_policy  # noqa: E402
+from skillgate_lib.models import load_policy  # noqa: E402
 from skillgate_lib.seeding import seed_everything  # noqa: E402
 
 
@@ -88,11 +89,10 @@ def parse(argv: list[str] | None = None) -> Args:
     return cli.from_args(Args, parser.parse_args(argv))
 
 
-def audit_command(run_dir: Path, model: str) -> str:
-    """The audit of this run's completions (the tokenizer is the model's, or the embedded one's)."""
-    tokenizer = str(TINY_MODELS.get(model, model))
+def audit_command(run_dir: Path) -> str:
+    """The audit of this run's completions, with the slates and the tokenizer the run saved."""
     return shlex.join([sys.executable, "-m", "skillgate_lib", "audit", str(run_dir), "--format", "trl",
-                       "--tasks", str(run_dir / "tasks.jsonl"), "--tokenizer", tokenizer,
+                       "--tasks", str(run_dir / "tasks.jsonl"), "--tokenizer", str(run_dir / "tokenizer"),
                        "--read-pattern", AUDIT_READ_PATTERN, "--split", "all", "--skip-bad"])
 
 
@@ -109,6 +109,7 @@ def main(argv: list[str] | None = None) -> SkillGateGRPOTrainer:
         out.mkdir(parents=True, exist_ok=True)
         (out / "metrics.jsonl").unlink(missing_ok=True)
         write_task_table(dataset, out / "tasks.jsonl")
+        tokenizer.save_pretrained(out / "tokenizer")
         config = {**asdict(args), "credit": method.credit, "engine": "trl", "versions": logs.package_versions()}
         (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     grpo = GRPOConfig(
@@ -126,7 +127,8 @@ def main(argv: list[str] | None = None) -> SkillGateGRPOTrainer:
     )
     trainer.train()
     if state.is_main_process:
-        print(f"\n{out}: config.json, metrics.jsonl, completions/, tasks.jsonl; audit it with\n  {audit_command(out, args.model)}")
+        print(f"\n{out}: config.json, metrics.jsonl, completions/, tasks.jsonl, tokenizer/; audit it with\n"
+              f"  {audit_command(out)}")
     return trainer
 
 
