@@ -1,7 +1,9 @@
 """Experiment trackers beside ``metrics.jsonl``: TensorBoard, and W&B or trackio where installed.
 
 ``metrics.jsonl`` stays the run's record (analysis reads only it); a :class:`Tracker`
-mirrors each metrics row to the dashboards engine users expect. One row is one
+mirrors each metrics row to the dashboards engine users expect, and
+:class:`TrackedRunWriter` is a :class:`~skillgate_lib.logs.RunWriter` that does so on
+every ``log_metrics``. One row is one
 ``log_metrics`` call of :class:`skillgate_lib.logs.RunWriter`: its ``step``, its ``split``
 (a row without one is ``train``) and numeric fields, written as ``<split>/<field>`` at
 that step; text, lists and non-finite numbers are left to the JSONL file.
@@ -23,6 +25,8 @@ import math
 import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
+
+from skillgate_lib.logs import RunWriter
 
 BACKENDS = {"tensorboard": "tensorboard", "wandb": "wandb", "trackio": "trackio"}
 """``report_to`` name -> the package it needs."""
@@ -85,3 +89,19 @@ class Tracker:
         for w in self._writers:
             w.close() if hasattr(w, "add_scalar") else w.finish()
         self._writers = []
+
+
+class TrackedRunWriter(RunWriter):
+    """A :class:`~skillgate_lib.logs.RunWriter` whose metrics rows also go to the trackers in ``report_to``.
+
+    A resumed run re-logs the steps after its checkpoint: ``metrics.jsonl`` is truncated
+    first, a tracker keeps both points.
+    """
+
+    def __init__(self, run_dir: str | Path, report_to: Sequence[str] = (), config: Mapping[str, Any] | None = None):
+        super().__init__(run_dir)
+        self.tracker = Tracker(run_dir, report_to, config)
+
+    def log_metrics(self, row: Mapping[str, Any]) -> None:
+        super().log_metrics(row)
+        self.tracker.log(row)

@@ -37,3 +37,18 @@ def test_tensorboard_receives_each_row(tmp_path):
     events.Reload()
     assert sorted(events.Tags()["scalars"]) == ["eval/success", "train/reward"]
     assert [(e.step, e.value) for e in events.Scalars("train/reward")] == [(0, 0.25), (1, 0.5)]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorboard") is None, reason="tensorboard not installed (scale extra)")
+def test_tracked_run_writer_logs_both(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from skillgate_lib import logs
+
+    writer = tracking.TrackedRunWriter(tmp_path, ["tensorboard"])
+    writer.log_metrics({"step": 2, "split": "train", "reward": 0.5})
+    writer.tracker.close()
+    assert logs.read_metrics(tmp_path)["reward"].tolist() == [0.5]
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("train/reward")] == [(2, 0.5)]
