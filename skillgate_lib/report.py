@@ -1,15 +1,14 @@
-"""The numbers behind notebook 04: the results table, success by horizon, the channel picture.
+"""The numbers behind notebook 04: the results table, success by horizon, the channel picture
+(drawn by :mod:`skillgate_lib.plots`).
 
 Everything here reads committed run artifacts (``data/runs/compare/``, the runs at each
 method's selected learning rate, through :mod:`skillgate_lib.results`) and returns
-DataFrames or figures; it imports no trainer. Rows are in the method registry's order and
+DataFrames; it imports no trainer. Rows are in the method registry's order and
 carry the paper's row where the registry names one (:mod:`skillgate_lib.methods`).
 """
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
-import numpy as np
 import pandas as pd
 import torch
 
@@ -135,48 +134,6 @@ def channel_tokens(sample: dict, index: int, methods=("outcome", "skillgate"),
             rows.append(dict(method=method, position=t, token=tok, role=role, advantage=float(c.advantages[index, t]),
                              weight=float(c.weights[index, t]), signal=float(c.advantages[index, t] * c.weights[index, t]) * scale))
     return pd.DataFrame(rows)
-
-
-def plot_channel_tokens(df: pd.DataFrame, per_line: int = 16) -> plt.Figure:
-    """Tokens as coloured boxes, one panel per method: blue pushed up, red pushed down, grey no loss;
-    a thick outline marks the selector (skill-name) tokens."""
-    methods = list(dict.fromkeys(df["method"]))
-    n = int(df["position"].max()) + 1
-    lines = int(np.ceil(n / per_line))
-    fig, axes = plt.subplots(len(methods), 1, figsize=(per_line * 0.78, 0.42 * lines * len(methods) + 0.9))
-    vmax = max(1e-9, df.loc[df["role"] != "environment", "signal"].abs().max())
-    cmap = plt.get_cmap("RdBu")
-    for ax, method in zip(np.atleast_1d(axes), methods):
-        sub = df[df["method"] == method]
-        for _, r in sub.iterrows():
-            x, y = r["position"] % per_line, -(r["position"] // per_line)
-            color = "#e6e6e6" if r["weight"] == 0 else cmap(0.5 + 0.5 * r["signal"] / vmax)
-            ax.add_patch(plt.Rectangle((x, y - 0.8), 0.96, 0.8, facecolor=color,
-                                       edgecolor="black" if r["role"] == "selector" else "none",
-                                       linewidth=2.0 if r["role"] == "selector" else 0))
-            label = r["token"] if len(r["token"]) <= 9 else r["token"][:8] + "…"
-            dark = r["weight"] != 0 and abs(r["signal"]) / vmax > 0.6  # white text on the deep colours
-            ax.text(x + 0.48, y - 0.4, label, ha="center", va="center", fontsize=6, color="white" if dark else "black")
-        ax.set(xlim=(0, per_line), ylim=(-lines, 0.05), title=f"{method}: per-token credit (advantage x loss weight)")
-        ax.axis("off")
-    fig.tight_layout()
-    return fig
-
-
-def plot_by_horizon(df: pd.DataFrame) -> plt.Figure:
-    """One panel per measure of :func:`by_horizon`: mean +- seed sd by horizon for every method."""
-    from skillgate_lib.plots import METHOD_COLORS
-
-    measures = list(dict.fromkeys(df["measure"]))
-    fig, axes = plt.subplots(1, len(measures), figsize=(4.8 * len(measures), 3.4), squeeze=False)
-    for ax, measure in zip(axes[0], measures):
-        for method, sub in df[df["measure"] == measure].groupby("method", sort=False):
-            ax.errorbar(sub["horizon"], sub["mean"], yerr=sub["sd"], marker="o", ms=3, capsize=2, label=method,
-                        color=METHOD_COLORS.get(method))
-        ax.set(xlabel="horizon H (execution steps)", ylabel=f"held-out {measure.replace('_', '-')}", ylim=(-0.02, 1.02))
-    axes[0][0].legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    return fig
 
 
 def results_markdown(table: pd.DataFrame) -> str:

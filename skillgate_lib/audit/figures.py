@@ -19,34 +19,42 @@ def figures(result: AuditResult) -> dict[str, tuple[Any, pd.DataFrame]]:
     b, cv = result.bins, result.curves
     xlabel = "horizon H (steps)" if result.horizon_kind == "steps" else "horizon (response tokens)"
 
+    def below(ax, *axes):  # one legend under the panel, outside the data
+        handles, labels = [], []
+        for a in (ax, *axes):
+            h, lab = a.get_legend_handles_labels()
+            handles, labels = handles + h, labels + lab
+        ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize="small")
+
     def share(ax):
         ax.errorbar(b["h_mean"], 100 * b["share_median"], yerr=[100 * (b["share_median"] - b["share_q25"]),
                     100 * (b["share_q75"] - b["share_median"])], fmt="o", capsize=3, label="audited median (IQR)")
         if not cv.empty:
-            ax.plot(cv["horizon"], 100 * cv["share"], color=METHOD_COLORS["theory"], label="theory k/L(H)")
+            ax.plot(cv["horizon"], 100 * cv["share"], color=METHOD_COLORS["theory"], label="theory $k/L(H)$")
         ax.set(xlabel=xlabel, ylabel="selector share of loss weight (%)",
                title=f"Share (dilution {result.dilution:.1f}x)")
-        ax.legend()
+        below(ax)
 
     def sign(ax):
-        for col, lab in (("sign_wrong", "wrong-signed | A != 0"), ("sign_negative", "A < 0"), ("sign_zero", "A = 0")):
+        for col, lab in (("sign_wrong", r"wrong-signed | $A \neq 0$"), ("sign_negative", "$A < 0$"),
+                         ("sign_zero", "$A = 0$")):
             ax.plot(b["h_mean"], b[col], "o-", label=lab)
         if not cv.empty:
             ax.plot(cv["horizon"], cv["sign_error"], color=METHOD_COLORS["theory"], label="theory sign error")
         ax.set(xlabel=xlabel, ylabel="fraction of read actions", title="Sign", ylim=(0, 1))
-        ax.legend()
+        below(ax)
 
     def value(ax):
         ax.errorbar(b["h_mean"], 100 * b["value"], yerr=[100 * (b["value"] - b["value_lo"]),
                     100 * (b["value_hi"] - b["value"])], fmt="o", capsize=3, label="audited (95% bootstrap CI)")
         if not cv.empty:
-            ax.plot(cv["horizon"], 100 * cv["value"], color=METHOD_COLORS["theory"], label="theory q^H - s_wrong")
+            ax.plot(cv["horizon"], 100 * cv["value"], color=METHOD_COLORS["theory"], label=r"theory $q^H - s_{wrong}$")
         ax.axhline(0, color="0.5", lw=0.8)
         ov = result.overall
         title = (f"Value {100 * ov['value']:+.1f} pp [{100 * ov['value_lo']:+.1f}, {100 * ov['value_hi']:+.1f}]"
                  if result.categorised else "Value (needs skill categories: --tasks)")
-        ax.set(xlabel=xlabel, ylabel="success(oracle read) - success(other) (pp)", title=title)
-        ax.legend()
+        ax.set(xlabel=xlabel, ylabel="success: oracle read − other (pp)", title=title)
+        below(ax)
 
     def reads(ax):
         ax.plot(b["h_mean"], b["oracle_read"], "o-", label="oracle read")
@@ -59,20 +67,19 @@ def figures(result: AuditResult) -> dict[str, tuple[Any, pd.DataFrame]]:
         ax2.set_ylabel("reads per trial")
         ax2.set_ylim(0, 1.2 * max(1.0, float(b["reads_per_trial"].max())))
         ax2.grid(False)
+        ax2.spines["right"].set_visible(True)
         ax.set(xlabel=xlabel, ylabel="fraction of trials", title="Read behaviour", ylim=(0, 1))
-        ax.legend(loc="upper left")
-        ax2.legend(loc="upper right")
+        below(ax, ax2)
 
     table = result.summary_table()
     out = {}
     for name, draw in (("audit_share", share), ("audit_sign", sign), ("audit_value", value), ("audit_reads", reads)):
-        fig, ax = plt.subplots(figsize=(5, 3.6))
+        fig, ax = plt.subplots(figsize=(5, 4.2), layout="constrained")
         draw(ax)
         out[name] = (fig, table)
-    fig, axes = plt.subplots(2, 2, figsize=(11, 8))
+    fig, axes = plt.subplots(2, 2, figsize=(8, 8.6), layout="constrained")  # reads at a notebook's width
     for ax, draw in zip(axes.flat, (share, sign, value, reads)):
         draw(ax)
     fig.suptitle(f"Selector credit audit: {Path(result.source).name} ({result.n_rows:,} trajectories)")
-    fig.tight_layout()
     out["audit_summary"] = (fig, table)
     return out
