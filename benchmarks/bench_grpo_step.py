@@ -110,7 +110,7 @@ def run_kit(base, tokenizer, env: SkillSlateEnv, train_cfg: train.TrainConfig, n
         step_s, gen_s, resp_len, prompt_len, reads, env_frac = [], [], [], [], [], []
         for step in range(n_steps):
             t0 = time.perf_counter()
-            episodes, _, _, row = train.grpo_step(model, tokenizer, env, opt, params, train_cfg, ccfg, step, skill_values)
+            episodes, _, _, row, _ = train.grpo_step(model, tokenizer, env, opt, params, train_cfg, ccfg, step, skill_values)
             step_s.append(time.perf_counter() - t0)
             gen_s.append(row["time/generate_s"])
             resp_len.append(float(np.mean([len(e.response_ids) for e in episodes])))

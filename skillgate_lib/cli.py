@@ -31,6 +31,9 @@ def add_fields(parser: argparse.ArgumentParser, cls) -> None:
         elif isinstance(default, tuple):
             kind = type(default[0]) if default else str
             parser.add_argument(flag, nargs="+", type=kind, default=default, help=helptext)
+        elif default is None:  # ``X | None``: the type named first in the annotation
+            kind = {"int": int, "float": float, "str": str}[str(f.type).split("|")[0].strip()]
+            parser.add_argument(flag, type=kind, default=None, help=helptext)
         else:
             parser.add_argument(flag, type=type(default), default=default, help=helptext)
 

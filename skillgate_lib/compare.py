@@ -22,6 +22,7 @@ from tqdm import tqdm  # plain text bars: also inside a kernel run headless (no 
 
 from . import logs, methods as methods_lib, paths
 from .results import final_metrics, learning_curves, selected_runs  # noqa: F401
+from .cli import add_fields
 from .train import TrainConfig, check_resume_config, train
 
 
@@ -134,7 +135,7 @@ def _train_quietly(cfg: TrainConfig, resume: bool, method: methods_lib.Method) -
 
 #: Settings the command line passes to every run alike.
 SHARED = ("steps", "lr", "prompts_per_step", "group_size", "eval_tasks", "eval_every", "log_train_every", "model",
-          "step_failure", "kl_coef")
+          "step_failure", "kl_coef", "regime", "lookalike_agreement", "filter_groups", "max_draws", "selector_coef")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -144,10 +145,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--out-dir", type=Path, default=paths.BUILD_DIR / "runs" / "compare")
     parser.add_argument("--workers", type=int, default=2)
-    for name in SHARED:
-        default = getattr(TrainConfig, name)
-        parser.add_argument("--" + name.replace("_", "-"), type=type(default), default=default,
-                            help=f"the same for every run (default: {default})")
+    shared = argparse.ArgumentParser(add_help=False)
+    add_fields(shared, TrainConfig)
+    for action in shared._actions:
+        if action.dest in SHARED:  # typed and documented as ``train`` has them, the same for every run
+            parser._add_action(action)
     parser.add_argument("--lrs", nargs="+", type=float, default=[],
                         help="learning-rate search: each value on the first seed, best held-out success kept")
     parser.add_argument("--domains", nargs="+", default=[], help="training domains (default: all)")

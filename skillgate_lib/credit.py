@@ -101,8 +101,11 @@ class SkillValues:
 
     decay: float = 0.9
     """Weight of the old value in each update, in ``[0, 1)``."""
-    prior: float = 0.0
-    """Value of a skill no trajectory has read yet (in reward units)."""
+    prior: float | None = None
+    """Value of a skill no trajectory has read yet (in reward units); None (neutral): the running
+    average outcome over every skill read so far, so an unseen skill is neither favoured nor penalised."""
+    baseline: float | None = None
+    """Running average (same decay) of the batch mean outcome over all reads: the neutral prior."""
     values: dict[str, float] = field(default_factory=dict)
     """Skill name -> current value (plain floats: saved with a checkpoint as they are)."""
 
@@ -111,8 +114,12 @@ class SkillValues:
             raise ValueError(f"SkillValues.decay: expected 0 <= decay < 1, got {self.decay}")
 
     def value(self, name: str) -> float:
-        """Current utility of skill ``name`` (``prior`` if never read)."""
-        return self.values.get(name, self.prior)
+        """Current utility of skill ``name`` (the prior if never read)."""
+        if name in self.values:
+            return self.values[name]
+        if self.prior is not None:
+            return self.prior
+        return 0.0 if self.baseline is None else self.baseline
 
     def update(self, names_per_traj: Sequence[Sequence[str]], rewards: Sequence[float] | Tensor) -> None:
         """Fold one batch in: ``names_per_traj[i]`` the skills trajectory ``i`` read, ``rewards[i]`` its outcome."""
@@ -123,6 +130,10 @@ class SkillValues:
         for names, r in zip(names_per_traj, rewards):
             for name in dict.fromkeys(names):
                 outcomes.setdefault(name, []).append(r)
+        seen = [r for names, r in zip(names_per_traj, rewards) if names]
+        if seen:
+            m = sum(seen) / len(seen)
+            self.baseline = m if self.baseline is None else self.decay * self.baseline + (1 - self.decay) * m
         for name, rs in outcomes.items():
             m = sum(rs) / len(rs)
             self.values[name] = m if name not in self.values else self.decay * self.values[name] + (1 - self.decay) * m
@@ -181,6 +192,8 @@ class CreditConfig:
     """Divide outcome advantages by the group std (GRPO); False gives Dr. GRPO's centring only."""
     eps: float = 1e-4
     """Added to the group std."""
+    filter_groups: bool = True
+    """Give no weight to prompt groups whose rewards all agree (SkillGate's dynamic sampling); False: the ablation."""
 
 
 @dataclass
@@ -338,14 +351,37 @@ def selector_advantages(inputs: CreditInputs) -> list[list[float]]:
 
 
 def utility_advantages(inputs: CreditInputs) -> list[list[float]]:
-    """``V(name_j) - mean(V)`` over all read actions in the prompt group, ``V`` from ``inputs.skill_values``."""
+    """``V(name_j) - mean(V)`` over the executed reads of the prompt group (``V`` from ``inputs.skill_values``); 0 for other reads.
+
+    A trajectory's executed read is its last read on the slate (:func:`executed_read`): the
+    body its step lines follow, so the only read its outcome says anything about.
+    """
     for name in ("read_names", "skill_values"):
         if getattr(inputs, name) is None:
             raise ValueError(f"credit 'utility': CreditInputs.{name} is None; the utility assigner needs "
                              "read_names (the skill each read names, parallel to reads) and skill_values "
                              "(the run's SkillValues, updated after each assign)")
-    values = [[inputs.skill_values.value(n) for n in names] for names in inputs.read_names]
-    return _centre_over_group_reads(values, inputs.group)
+    executed = [executed_read(spans) for spans in inputs.reads]
+    values = [[inputs.skill_values.value(n) for n in names[e:e + 1]] if e is not None else []
+              for names, e in zip(inputs.read_names, executed)]
+    centred = _centre_over_group_reads(values, inputs.group)
+    return [[centred[i][0] if j == e else 0.0 for j in range(len(spans))]
+            for i, (spans, e) in enumerate(zip(inputs.reads, executed))]
+
+
+def executed_read(spans: Sequence[ReadSpan]) -> int | None:
+    """Index of the read whose body execution follows (the last one on the slate), or None."""
+    served = [j for j, r in enumerate(spans) if r.category != "invalid"]
+    return served[-1] if served else None
+
+
+def executed_read_names(inputs: CreditInputs) -> list[list[str]]:
+    """Per trajectory, the name of its executed read (none if no read was served): what ``utility`` learns from."""
+    out = []
+    for spans, names in zip(inputs.reads, inputs.read_names):
+        j = executed_read(spans)
+        out.append([] if j is None else [names[j]])
+    return out
 
 
 def _action_share(inputs: CreditInputs, sel_adv: list[list[float]], coef: float) -> Tensor:
@@ -366,7 +402,7 @@ def _action_share(inputs: CreditInputs, sel_adv: list[list[float]], coef: float)
 
 def _reference_two_channels(inputs: CreditInputs, cfg: CreditConfig, sel_adv: list[list[float]]) -> Credit:
     """SkillGate's construction for any per-read selector advantages ``sel_adv`` (see :func:`skillgate`)."""
-    keep, n_filtered = _keep(inputs)
+    keep, n_filtered = _keep(inputs) if cfg.filter_groups else (torch.ones_like(inputs.group, dtype=torch.bool), 0)
     a, exec_mask, adv, weights = _execution_channel(inputs, cfg, keep)
     check_disjoint(exec_mask, selector_mask(inputs))
     sel_adv = [row if k else [0.0] * len(row) for k, row in zip(keep.tolist(), sel_adv)]
@@ -439,8 +475,11 @@ def utility(inputs: CreditInputs, cfg: CreditConfig) -> Credit:
     the per-skill running-average outcome in ``inputs.skill_values`` *before* this batch's
     update (the trainer calls ``SkillValues.update`` after ``assign``). Weights, the
     active-read sharing, ``lambda`` and the dynamic-sampling filter are exactly
-    :func:`skillgate`'s, so the two differ only in the selector signal. Raises ValueError
-    if ``read_names`` or ``skill_values`` is missing.
+    :func:`skillgate`'s, so the two differ only in the selector signal. Only the executed read
+    (the last one served: execution follows its body) is credited; earlier reads get 0, and the
+    trainer updates ``V`` from executed reads only (:func:`executed_read_names`). An unseen skill
+    starts at the running average outcome (a neutral prior). Raises ValueError if
+    ``read_names`` or ``skill_values`` is missing.
     """
     return _reference_two_channels(inputs, cfg, utility_advantages(inputs))
 
@@ -457,6 +496,13 @@ def shaped(inputs: CreditInputs, cfg: CreditConfig) -> Credit:
     shaped_inputs = CreditInputs(inputs.rewards.to(torch.float64) + cfg.shaping_bonus * read_oracle, inputs.group,
                                  inputs.response_mask, inputs.reads)
     return outcome(shaped_inputs, cfg)
+
+
+def selector_only(inputs: CreditInputs, cfg: CreditConfig) -> Credit:
+    """Ablation: :func:`skillgate`'s selector channel alone (execution weight 0), to test what it can teach."""
+    credit = skillgate(inputs, cfg)
+    credit.weights = credit.weights * selector_mask(inputs)
+    return credit
 
 
 def selection_bc(inputs: CreditInputs, cfg: CreditConfig) -> Credit:
@@ -477,6 +523,7 @@ ASSIGNERS: dict[str, Assigner] = {
     "masked_exec": masked_exec,
     "shaped": shaped,
     "selection_bc": selection_bc,
+    "selector_only": selector_only,
 }
 
 

@@ -12,6 +12,7 @@ measure                   meaning
 ``misleading_read``       the trial read at least one misleading look-alike
 ``invalid_read``          the trial named a skill that is not on the slate (off-slate) or a bad read
 ``reads``                 read actions per trial
+``zero_read``             the trial made no read at all
 ``last_oracle``           the last served read (the body execution follows) was the oracle
 ``step_acc``              per-step accuracy: step lines that are a right lookup in the oracle's
                           table given their own input, over H, on trials whose last read is the oracle
@@ -53,7 +54,7 @@ def episode_table(episodes: list[Episode]) -> pd.DataFrame:
         rows.append({
             "domain": e.task.domain, "horizon": e.task.horizon, "success": float(o.success),
             "oracle_read": float("oracle" in cats), "misleading_read": float("misleading" in cats),
-            "invalid_read": float("invalid" in cats), "reads": float(len(cats)),
+            "invalid_read": float("invalid" in cats), "reads": float(len(cats)), "zero_read": float(not cats),
             "last_oracle": float(last is not None and last.category == "oracle"),
             "last_misleading": float(last is not None and last.category == "misleading"),
             "only_oracle": float(cats == ["oracle"]),
@@ -66,7 +67,7 @@ def summarize(episodes: list[Episode], prefix: str = "eval") -> dict[str, float]
     """The measures of the module docstring as ``{prefix}/{measure}[/{domain|horizon}={value}]``."""
     df = episode_table(episodes)
     out = {f"{prefix}/{m}": float(df[m].mean()) for m in
-           ("success", "oracle_read", "misleading_read", "invalid_read", "reads", "last_oracle")}
+           ("success", "oracle_read", "misleading_read", "invalid_read", "reads", "zero_read", "last_oracle")}
 
     def cond(mask: pd.Series, col: str) -> float:
         return float(df.loc[mask, col].mean()) if mask.any() else float("nan")
@@ -83,8 +84,10 @@ def summarize(episodes: list[Episode], prefix: str = "eval") -> dict[str, float]
 
 
 def evaluate(model, tokenizer, env: SkillSlateEnv, n_tasks: int, max_new_tokens: int = 160, batch: int = 128,
-             temperature: float = 1.0, domains=None, horizons=range(1, 9)) -> list[Episode]:
-    """One sampled trial on each of ``n_tasks`` fixed held-out instances (same for every run)."""
+             temperature: float = 1.0, domains=None, horizons=None) -> list[Episode]:
+    """One sampled trial on each of ``n_tasks`` fixed held-out instances (same for every run).
+
+    ``horizons``: default the environment's (its regime's)."""
     tasks = env.sample_tasks(n_tasks, split="eval", seed=EVAL_SEED, domains=domains, horizons=horizons)
     items = [(t, env.slate(t, seed=stream_seed(EVAL_SEED, k)), k) for k, t in enumerate(tasks)]
     gen = torch.Generator().manual_seed(EVAL_SEED)

@@ -33,7 +33,7 @@ class Method:
     credit: str | None
     """The credit assigner it trains with (``skillgate_lib.credit.ASSIGNERS``); None for a results-only row."""
     skill_free: bool = False
-    """Trained and evaluated with no slate in the prompt and every read refused."""
+    """Trained with no slate in the prompt and every read refused."""
     needs_skill_values: bool = False
     """Its assigner reads running per-skill values carried across steps (``credit.SkillValues``)."""
     supervised_term: bool = False
@@ -97,8 +97,8 @@ def of_config(config: Mapping) -> str:
     if config.get("method"):
         return config["method"]
     credit, skill_free = config["credit"], bool(config.get("skill_free", False))
-    for m in METHODS.values():
-        if m.credit == credit and m.skill_free == skill_free:
+    for m in METHODS.values():  # runs without ``method`` predate the separate fine-tune: they trained RL
+        if m.credit == credit and m.skill_free == skill_free and not m.separate_finetune:
             return m.name
     raise ValueError(f"no registered method trains credit {credit!r} with skill_free={skill_free}")
 
@@ -129,7 +129,7 @@ def colors(**extra: str) -> Mapping[str, str]:
 # skillgate), then the kit's ablations. The first seven trainable ones are `make reproduce`'s.
 for _m in (
     Method("sft", "SFT warm start", "#7f7f7f", credit=None, paper_row="SFT (RL init)"),
-    Method("selection_bc", "selection BC", "#8c564b", credit="selection_bc", supervised_term=True,
+    Method("selection_bc", "selection BC", "#8c564b", credit="selection_bc", separate_finetune=True,
            paper_row="Selection BC"),
     Method("skill_free", "skill-free RL", "#bcbd22", credit="outcome", skill_free=True, paper_row="Skill-free RL"),
     Method("outcome", "outcome-only GRPO", "#d62728", credit="outcome", paper_row="outcome-only RL"),
@@ -140,6 +140,10 @@ for _m in (
     Method("shaped", "oracle-read reward bonus", "#9467bd", credit="shaped", ablation=True),
     Method("skillgate_tokenmean", "SkillGate, token-mean selector", "#17becf", credit="skillgate_tokenmean",
            ablation=True, in_comparison=False),
+    Method("selection_bc_rl", "RL + selection cross-entropy", "#c49c94", credit="selection_bc", supervised_term=True,
+           ablation=True, in_comparison=False),
+    Method("selector_only", "SkillGate, selector channel only", "#aec7e8", credit="selector_only", ablation=True,
+           in_comparison=False),
 ):
     register(_m)
 del _m

@@ -10,6 +10,18 @@ from . import credit as credit_lib
 from .rollout import Episode
 
 
+def credit_inputs(episodes: list[Episode], batch: dict, skill_values=None) -> credit_lib.CreditInputs:
+    """What a credit assigner reads about ``episodes``, packed as ``batch`` (:func:`~skillgate_lib.batching.pack`)."""
+    return credit_lib.CreditInputs(
+        rewards=torch.tensor([float(e.outcome.reward) for e in episodes], dtype=torch.float64),
+        group=torch.tensor([e.group for e in episodes], dtype=torch.long),
+        response_mask=batch["response_mask"],
+        reads=[e.read_spans for e in episodes],
+        read_names=[list(e.read_names) for e in episodes],
+        skill_values=skill_values,
+    )
+
+
 def episode_rows(episodes: list[Episode], step: int, split: str, credit_name: str,
                  cr: credit_lib.Credit | None = None, share: torch.Tensor | None = None) -> list[dict]:
     """Trajectory-table rows (the schema of :mod:`skillgate_lib.logs`) for ``episodes``."""

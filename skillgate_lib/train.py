@@ -32,13 +32,13 @@ import torch
 from tqdm.auto import tqdm
 
 from skillgate_lib import credit as credit_lib
-from skillgate_lib import logs, methods, paths
+from skillgate_lib import logs, methods, paths, regimes
 from skillgate_lib.batching import pack, response_logprobs
 from skillgate_lib.cli import add_fields, from_args
-from skillgate_lib.env import SkillSlateEnv
+from skillgate_lib.env import READ_CLOSE, READ_OPEN, SkillSlateEnv, display_name
 from skillgate_lib.evaluate import EVAL_SEED, evaluate, summarize
 from skillgate_lib.models import load_policy, model_fingerprint
-from skillgate_lib.records import episode_rows, group_sample
+from skillgate_lib.records import credit_inputs, episode_rows, group_sample
 from skillgate_lib.rollout import Episode, generate
 from skillgate_lib.seeding import seed_everything, stream_seed
 
@@ -75,8 +75,12 @@ class TrainConfig:
     """PPO-style ratio clip."""
     ppo_epochs: int = 1
     """Policy updates per batch of rollouts (1 = on-policy, ratio 1)."""
-    kl_coef: float = 0.0
-    """Coefficient of the k3 KL to the frozen base model (0 disables the reference forward)."""
+    kl_coef: float = 3e-5
+    """Coefficient of the low-variance (k3) KL to the frozen base model, the reference's 3e-5 (0 skips the reference forward)."""
+    filter_groups: bool = True
+    """Drop prompt groups whose rewards all agree before the update and refill the batch (dynamic sampling), in every RL arm."""
+    max_draws: int = 2
+    """Rounds of prompts_per_step prompts drawn per step to fill prompts_per_step kept groups (the reference draws 2x)."""
     selector_coef: float = 0.2
     """lambda: selector-channel weight (skillgate) or selection-BC weight (selection_bc)."""
     shaping_bonus: float = 0.5
@@ -85,14 +89,18 @@ class TrainConfig:
     """Divide outcome advantages by the group std."""
     temperature: float = 1.0
     """Sampling temperature for rollouts and evaluation."""
-    max_new_tokens: int = 160
-    """Cap on response tokens (policy + environment)."""
-    step_failure: float = 0.0
-    """Injected per-step execution failure probability in the training reward (0 = only the model's own errors)."""
-    eval_step_failure: float = 0.0
-    """Injected per-step failure in the held-out evaluation (0 = measure the policy itself)."""
+    max_new_tokens: int | None = None
+    """Cap on response tokens, policy + environment (default: the regime's)."""
+    regime: str = "easy"
+    """Environment preset of skillgate_lib.regimes.REGIMES; the four knobs below override it when given."""
+    step_failure: float | None = None
+    """Injected per-step failure probability, in training and evaluation alike (default: the regime's)."""
+    lookalike_agreement: float | None = None
+    """Fraction of keys on which a look-alike's table agrees with the oracle's (default: the regime's)."""
+    horizons: tuple[int, ...] = ()
+    """Task horizons, drawn uniformly (default: the regime's)."""
     skill_free: bool = False
-    """Skill-free RL: no slate in the prompt and every read answered with an error."""
+    """Skill-free RL: trained with no slate and every read answered with an error; evaluated on the slate protocol."""
     domains: tuple[str, ...] = ()
     """Training domains (empty = all five); e.g. four for a held-out-domain run."""
     eval_domains: tuple[str, ...] = ()
@@ -123,6 +131,13 @@ class TrainConfig:
         for name in ("steps", "prompts_per_step", "eval_every", "eval_tasks", "checkpoint_every", "log_train_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_draws < 1:
+            raise ValueError(f"max_draws must be >= 1, got {self.max_draws}")
+        preset = regimes.get(self.regime)
+        for name in ("step_failure", "lookalike_agreement", "max_new_tokens"):
+            if getattr(self, name) is None:
+                setattr(self, name, getattr(preset, name))
+        self.horizons = tuple(self.horizons) or preset.horizons
         if self.group_size < 2:
             raise ValueError(f"group_size must be >= 2 (GRPO normalises within a group), got {self.group_size}")
         if not self.run_dir:
@@ -162,40 +177,35 @@ def setup_training(base, cfg: TrainConfig) -> Trainable:
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     ccfg = credit_lib.CreditConfig(selector_coef=cfg.selector_coef, shaping_bonus=cfg.shaping_bonus,
-                                   scale_rewards=cfg.scale_rewards)
+                                   scale_rewards=cfg.scale_rewards, filter_groups=cfg.filter_groups)
     skill_values = credit_lib.SkillValues() if methods.get(cfg.method).needs_skill_values else None
     return Trainable(model, params, opt, ccfg, skill_values)
 
 
-def _credit_inputs(episodes: list[Episode], batch, skill_values=None) -> credit_lib.CreditInputs:
-    return credit_lib.CreditInputs(
-        rewards=torch.tensor([float(e.outcome.reward) for e in episodes], dtype=torch.float64),
-        group=torch.tensor([e.group for e in episodes], dtype=torch.long),
-        response_mask=batch["response_mask"],
-        reads=[e.read_spans for e in episodes],
-        read_names=[list(e.read_names) for e in episodes],
-        skill_values=skill_values,
-    )
+def selection_ce(model, tokenizer, env: SkillSlateEnv, pairs, whole_call: bool = False) -> torch.Tensor:
+    """Mean cross-entropy of the oracle's read call after each ``(task, slate)`` prompt.
 
-
-def _bc_loss(model, tokenizer, env: SkillSlateEnv, episodes: list[Episode]) -> torch.Tensor:
-    """Mean cross-entropy of the oracle's name after the read tag, one teacher sequence per prompt."""
-    teachers, seen = [], set()
-    for e in episodes:
-        if e.group in seen:
-            continue
-        seen.add(e.group)
-        text = env.demonstration(e.task, e.slate, [e.slate.oracle])
-        read = env.score(e.task, e.slate, text).reads[0]
-        prefix = tokenizer(text[: read.char_end], add_special_tokens=False)["input_ids"]
-        n_name = len(tokenizer(text[read.char_start: read.char_end], add_special_tokens=False)["input_ids"])
-        teacher = Episode(e.task, e.slate, e.group, e.prompt_ids, response_ids=list(prefix),
-                          policy_mask=[False] * (len(prefix) - n_name) + [True] * n_name)
-        teachers.append(teacher)
+    ``whole_call=False``: the name words only (the ``selection_bc_rl`` ablation's term);
+    ``True``: opener, name words and closer (the reference's selection BC).
+    """
+    teachers = []
+    for g, (task, slate) in enumerate(pairs):
+        call = f"{READ_OPEN} {display_name(slate.oracle)} {READ_CLOSE}"
+        prompt = tokenizer(env.prompt(task, slate), add_special_tokens=False)["input_ids"]
+        ids = tokenizer(call, add_special_tokens=False)["input_ids"]
+        n_name = len(tokenizer(display_name(slate.oracle), add_special_tokens=False)["input_ids"])
+        mask = [True] * len(ids) if whole_call else [False] * (len(ids) - n_name - 1) + [True] * n_name + [False]
+        teachers.append(Episode(task, slate, g, prompt, response_ids=list(ids), policy_mask=mask))
     batch = pack(teachers, tokenizer.pad_token_id)
     logp = response_logprobs(model, batch)
     mask = batch["response_mask"]
     return -(logp * mask).sum() / mask.sum()
+
+
+def _bc_loss(model, tokenizer, env: SkillSlateEnv, episodes: list[Episode]) -> torch.Tensor:
+    """:func:`selection_ce` on the name words, one teacher sequence per prompt group of ``episodes``."""
+    pairs = {e.group: (e.task, e.slate) for e in episodes}
+    return selection_ce(model, tokenizer, env, list(pairs.values()))
 
 
 def _checkpoint_path(run_dir: Path) -> Path:
@@ -230,53 +240,94 @@ def check_resume_config(run_dir: Path, cfg: TrainConfig) -> None:
 
 
 def make_env(cfg: TrainConfig, train: bool = True) -> SkillSlateEnv:
-    """The environment of a run: training (its failure rate, its domains) or evaluation."""
+    """The environment of a run: training (its domains; no slate for skill-free RL) or evaluation.
+
+    Both use the run's regime knobs. Evaluation always shows the slate: skill-free RL is
+    trained without skills and evaluated on the standard protocol, as the reference does.
+    """
     domains = (cfg.domains if train else cfg.eval_domains) or None
-    return SkillSlateEnv(step_failure=cfg.step_failure if train else cfg.eval_step_failure, domains=domains,
-                         show_slate=not cfg.skill_free)
+    return SkillSlateEnv(step_failure=cfg.step_failure, lookalike_agreement=cfg.lookalike_agreement,
+                         horizons=cfg.horizons, domains=domains, show_slate=not (cfg.skill_free and train))
 
 
-def step_items(env: SkillSlateEnv, cfg: TrainConfig, step: int) -> list[tuple]:
-    """The ``(task, slate, group)`` rollout items of GRPO step ``step``: G copies of each prompt."""
-    tasks = env.sample_tasks(cfg.prompts_per_step, split="train", seed=stream_seed(cfg.seed, step, 2))
+def step_items(env: SkillSlateEnv, cfg: TrainConfig, step: int, draw: int = 0) -> list[tuple]:
+    """The ``(task, slate, group)`` rollout items of draw ``draw`` of GRPO step ``step``: G copies of each prompt.
+
+    Group ids run on across draws (draw ``d`` holds groups ``d * prompts_per_step ...``).
+    """
+    extra = (draw,) if draw else ()
+    tasks = env.sample_tasks(cfg.prompts_per_step, split="train", seed=stream_seed(cfg.seed, step, 2, *extra))
     items = []
-    for g, task in enumerate(tasks):
+    for k, task in enumerate(tasks):
+        g = draw * cfg.prompts_per_step + k
         slate = env.slate(task, seed=stream_seed(cfg.seed, step, 3, g))
         items += [(task, slate, g)] * cfg.group_size
     return items
 
 
-def grpo_step(model, tokenizer, env: SkillSlateEnv, opt, params, cfg: TrainConfig, ccfg: credit_lib.CreditConfig,
-              step: int, skill_values=None):
-    """One GRPO step: roll out, assign credit, clipped policy-gradient update(s).
+def _mixed(episodes: list[Episode]) -> dict[int, bool]:
+    """Group id -> whether its rewards differ (the group survives dynamic sampling)."""
+    rewards: dict[int, set[float]] = {}
+    for e in episodes:
+        rewards.setdefault(e.group, set()).add(float(e.outcome.reward))
+    return {g: max(r) - min(r) > credit_lib.TIE_TOL for g, r in rewards.items()}
 
-    Returns ``(episodes, credit, selector share (B,), metrics row)``. Every draw comes from
-    generators seeded with ``(cfg.seed, step)``. A batch whose loss weights are all zero
-    (every group filtered by dynamic sampling) takes no optimizer step.
-    ``skill_values`` (the ``utility`` assigner's running per-skill averages) is read
-    before and updated after the credit of this batch.
+
+def sample_batch(model, tokenizer, env: SkillSlateEnv, cfg: TrainConfig,
+                 step: int) -> tuple[list[Episode], list[Episode], dict]:
+    """``(rollouts to train on, every rollout drawn, counts of what was drawn)`` of one GRPO step.
+
+    Without ``filter_groups``: one draw of ``prompts_per_step`` groups. With it (the
+    reference's dynamic sampling, every RL arm): draws of ``prompts_per_step`` fresh
+    prompts, at most ``max_draws`` of them, until ``prompts_per_step`` groups whose rewards
+    differ are in hand; groups whose rewards all agree are dropped, and the step trains on
+    the kept groups (fewer when the draws run out). The counts also say how much selector
+    signal the filter threw away: SkillGate-active reads (``u - mean u != 0``) in dropped groups.
+    The first draw (groups ``< prompts_per_step``) is an unfiltered sample of the policy: the
+    training metrics describe it.
     """
-    t0 = time.perf_counter()
-    gen = torch.Generator().manual_seed(stream_seed(cfg.seed, step, 4))
-    episodes = generate(model, tokenizer, env, step_items(env, cfg, step), cfg.max_new_tokens, cfg.temperature, gen,
-                        score_rng=np.random.default_rng(stream_seed(cfg.seed, step, 5)))
-    t_gen = time.perf_counter() - t0
-    batch = pack(episodes, tokenizer.pad_token_id)
-    inputs = _credit_inputs(episodes, batch, skill_values)
-    cr = credit_lib.assign(cfg.credit, inputs, ccfg)
-    if skill_values is not None:
-        skill_values.update(inputs.read_names, inputs.rewards.tolist())
-    adv = cr.advantages.float()
-    w = cr.weights.float()
-    mask = batch["response_mask"]
+    kept: list[Episode] = []
+    drawn: list[Episode] = []
+    stats = {"groups/sampled": 0, "groups/kept": 0, "groups/filtered": 0, "reads/selector_active": 0,
+             "reads/selector_active_filtered": 0, "time/generate_s": 0.0}
+    for draw in range(cfg.max_draws if cfg.filter_groups else 1):
+        t0 = time.perf_counter()
+        gen = torch.Generator().manual_seed(stream_seed(cfg.seed, step, 4, *((draw,) if draw else ())))
+        episodes = generate(model, tokenizer, env, step_items(env, cfg, step, draw), cfg.max_new_tokens,
+                            cfg.temperature, gen, score_rng=np.random.default_rng(stream_seed(cfg.seed, step, 5, draw)))
+        stats["time/generate_s"] += time.perf_counter() - t0
+        drawn += episodes
+        mixed = _mixed(episodes)
+        sel = credit_lib.selector_advantages(credit_inputs(episodes, pack(episodes, tokenizer.pad_token_id)))
+        for e, adv in zip(episodes, sel):
+            active = sum(a != 0.0 for a in adv)
+            stats["reads/selector_active"] += active
+            stats["reads/selector_active_filtered"] += active if not mixed[e.group] else 0
+        stats["groups/sampled"] += len(mixed)
+        if not cfg.filter_groups:
+            stats["groups/kept"] = len(mixed)
+            return episodes, drawn, stats
+        room = cfg.prompts_per_step - stats["groups/kept"]
+        keep = [g for g in sorted(mixed) if mixed[g]][:room]
+        stats["groups/kept"] += len(keep)
+        kept += [e for e in episodes if e.group in set(keep)]
+        if stats["groups/kept"] >= cfg.prompts_per_step:
+            break
+    stats["groups/filtered"] = stats["groups/sampled"] - stats["groups/kept"]
+    return kept, drawn, stats
+
+
+def _policy_gradient(model, opt, params, batch: dict, cr: credit_lib.Credit, cfg: TrainConfig,
+                     bc_loss=None) -> dict:
+    """Clipped policy-gradient update(s) with the credit's per-token advantages and weights, plus the KL term."""
+    adv, w, mask = cr.advantages.float(), cr.weights.float(), batch["response_mask"]
     model.train()
     old_logp = None
     loss = kl = grad_norm = torch.zeros(())
-    updated = bool(w.abs().sum() > 0) or cr.bc_coef > 0
-    if cfg.kl_coef > 0 and updated:
+    if cfg.kl_coef > 0:
         with torch.no_grad(), model.disable_adapter():
             ref_logp = response_logprobs(model, batch)
-    for _ in range(cfg.ppo_epochs if updated else 0):
+    for _ in range(cfg.ppo_epochs):
         logp = response_logprobs(model, batch)
         if old_logp is None:
             old_logp = logp.detach()
@@ -287,19 +338,78 @@ def grpo_step(model, tokenizer, env: SkillSlateEnv, opt, params, cfg: TrainConfi
             d = ref_logp - logp
             kl = ((torch.exp(d) - d - 1) * mask).sum() / mask.sum()
             loss = loss + cfg.kl_coef * kl
-        if cr.bc_coef > 0:
-            loss = loss + cr.bc_coef * _bc_loss(model, tokenizer, env, episodes)
+        if bc_loss is not None:
+            loss = loss + cr.bc_coef * bc_loss()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
-    share = cr.selector_share(inputs)
-    row = {"step": step + 1, "split": "train", "loss": loss.item(), "kl": kl.item(), "grad_norm": float(grad_norm),
-           "updated": updated, "groups_filtered": int(getattr(cr, "groups_filtered", 0)),
-           "reward": float(inputs.rewards.mean()),
-           "selector_share": float(share[share > 0].mean()) if (share > 0).any() else 0.0,
-           "time/generate_s": t_gen, "time/step_s": time.perf_counter() - t0, **summarize(episodes, "train")}
-    return episodes, cr, share, row
+    return {"loss": loss.item(), "kl": kl.item(), "grad_norm": float(grad_norm)}
+
+
+def grpo_step(model, tokenizer, env: SkillSlateEnv, opt, params, cfg: TrainConfig, ccfg: credit_lib.CreditConfig,
+              step: int, skill_values=None):
+    """One GRPO step: roll out (with dynamic sampling), assign credit, clipped policy-gradient update(s).
+
+    Returns ``(episodes trained on, credit, selector share (B,), metrics row, episodes filtered
+    out)``; the credit and share are ``None`` when every drawn group was filtered (no optimizer
+    step then, nor when the credit's weights are all zero). Every draw comes from generators seeded with
+    ``(cfg.seed, step)``. ``skill_values`` (the ``utility`` assigner's running per-skill
+    averages) is read before and updated after the credit of this batch.
+    """
+    t0 = time.perf_counter()
+    episodes, drawn, stats = sample_batch(model, tokenizer, env, cfg, step)
+    first = [e for e in drawn if e.group < cfg.prompts_per_step]
+    kept = {e.group for e in episodes}
+    dropped = [e for e in drawn if e.group not in kept]
+    cr = share = None
+    update = {"loss": 0.0, "kl": 0.0, "grad_norm": 0.0}
+    updated = False
+    if episodes:
+        batch = pack(episodes, tokenizer.pad_token_id)
+        inputs = credit_inputs(episodes, batch, skill_values)
+        cr = credit_lib.assign(cfg.credit, inputs, ccfg)
+        if skill_values is not None:
+            skill_values.update(credit_lib.executed_read_names(inputs), inputs.rewards.tolist())
+        updated = bool(cr.weights.abs().sum() > 0) or cr.bc_coef > 0
+        if updated:
+            bc = (lambda: _bc_loss(model, tokenizer, env, episodes)) if cr.bc_coef > 0 else None
+            update = _policy_gradient(model, opt, params, batch, cr, cfg, bc)
+        share = cr.selector_share(inputs)
+    row = {"step": step + 1, "split": "train", **update, "updated": updated, **stats,
+           "groups_filtered": stats["groups/filtered"] + (cr.groups_filtered if cr is not None else 0),
+           "reward": float(np.mean([e.outcome.reward for e in first])),
+           "selector_share": float(share[share > 0].mean()) if share is not None and (share > 0).any() else 0.0,
+           "time/step_s": time.perf_counter() - t0, **summarize(first, "train")}
+    return episodes, cr, share, row, dropped
+
+
+def filtered_credit(episodes: list[Episode]) -> credit_lib.Credit:
+    """The credit of rollouts dynamic sampling filtered out: zero advantage and weight everywhere (for the logs)."""
+    n = len(episodes)
+    return credit_lib.Credit(torch.zeros(n, 1), torch.zeros(n, 1), torch.zeros(n),
+                             [[0.0] * len(e.read_spans) for e in episodes])
+
+
+def sft_step(model, tokenizer, env: SkillSlateEnv, opt, params, cfg: TrainConfig, step: int):
+    """One step of selection BC as the reference trains it: a LoRA supervised fine-tune, no RL.
+
+    The cross-entropy of the oracle's whole first read call (opener, name words, closer)
+    after the prompt, over ``prompts_per_step x group_size`` fresh training prompts (the
+    same number of sequences as a GRPO step). Returns ``([], None, None, metrics row, [])``.
+    """
+    t0 = time.perf_counter()
+    tasks = env.sample_tasks(cfg.prompts_per_step * cfg.group_size, split="train", seed=stream_seed(cfg.seed, step, 2))
+    pairs = [(t, env.slate(t, seed=stream_seed(cfg.seed, step, 3, k))) for k, t in enumerate(tasks)]
+    model.train()
+    loss = selection_ce(model, tokenizer, env, pairs, whole_call=True)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
+    opt.step()
+    row = {"step": step + 1, "split": "train", "loss": loss.item(), "kl": 0.0, "grad_norm": float(grad_norm),
+           "updated": True, "time/step_s": time.perf_counter() - t0}
+    return [], None, None, row, []
 
 
 def train(cfg: TrainConfig, progress: bool = True, resume: bool = False) -> pd.DataFrame:
@@ -348,19 +458,27 @@ def train(cfg: TrainConfig, progress: bool = True, resume: bool = False) -> pd.D
         run_eval(0)
     bar = tqdm(range(start, cfg.steps), desc=f"{cfg.credit} seed {cfg.seed}", disable=not progress,
                initial=start, total=cfg.steps)
+    finetune = methods.get(cfg.method).separate_finetune
     for step in bar:
-        episodes, cr, share, row = grpo_step(model, tokenizer, env, opt, params, cfg, ccfg, step, skill_values)
+        if finetune:
+            episodes, cr, share, row, dropped = sft_step(model, tokenizer, env, opt, params, cfg, step)
+        else:
+            episodes, cr, share, row, dropped = grpo_step(model, tokenizer, env, opt, params, cfg, ccfg, step,
+                                                          skill_values)
         writer.log_metrics(row)
-        if (step + 1) % cfg.log_train_every == 0:
-            writer.log_sample(group_sample(episodes, tokenizer, step + 1, group=0))
-            writer.write_trajectories(episode_rows(episodes, step + 1, "train", cfg.credit, cr, share), step=step + 1,
-                                      split="train")
+        if (step + 1) % cfg.log_train_every == 0 and (episodes or dropped):
+            # every rollout drawn: the kept groups with the credit they got, the filtered ones with none
+            rows = episode_rows(episodes, step + 1, "train", cfg.credit, cr, share) if cr is not None else []
+            rows += episode_rows(dropped, step + 1, "train", cfg.credit, filtered_credit(dropped),
+                                 torch.zeros(len(dropped)))
+            writer.write_trajectories(rows, step=step + 1, split="train")
+            if episodes:
+                writer.log_sample(group_sample(episodes, tokenizer, step + 1, group=episodes[0].group))
         if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
             ev = run_eval(step + 1)
-            bar.set_postfix(reward=f"{row['reward']:.2f}", eval_success=f"{ev['eval/success']:.2f}",
-                            oracle=f"{ev['eval/oracle_read']:.2f}")
-        else:
-            bar.set_postfix(reward=f"{row['reward']:.2f}", success=f"{row['train/success']:.2f}")
+            bar.set_postfix(eval_success=f"{ev['eval/success']:.2f}", oracle=f"{ev['eval/oracle_read']:.2f}")
+        elif "reward" in row:
+            bar.set_postfix(reward=f"{row['reward']:.2f}", kept=f"{row['groups/kept']}/{row['groups/sampled']}")
         if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
             _save_checkpoint(run_dir, model, opt, step + 1, skill_values)
     _save_adapter(model, run_dir)

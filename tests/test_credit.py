@@ -138,7 +138,7 @@ def test_selection_bc_sets_the_supervised_coefficient():
 
 def test_registry_and_errors():
     assert set(credit.ASSIGNERS) == {"outcome", "skillgate", "skillgate_tokenmean", "utility", "masked_exec", "shaped",
-                                     "selection_bc"}
+                                     "selection_bc", "selector_only"}
     with pytest.raises(ValueError, match="unknown credit assigner 'grpo'"):
         credit.assign("grpo", _inputs(**GROUP))
     with pytest.raises(ValueError, match="read span"):
@@ -226,9 +226,11 @@ def test_skill_values_running_average_by_hand():
     # "a" read by a success and by a failure (the failure reads it twice: counted once); "b" by the failure.
     v.update([["a"], ["a", "a", "b"], []], torch.tensor([1.0, 0.0, 1.0]))
     assert v.value("a") == 0.5 and v.value("b") == 0.0  # the first observation is the value
-    assert v.value("never-read") == 0.0
+    assert v.value("never-read") == 0.5  # neutral prior: the mean outcome of trajectories that read anything
+    assert credit.SkillValues(prior=0.0).value("never-read") == 0.0 and credit.SkillValues().value("x") == 0.0
     v.update([["a"]], [1.0])
     assert v.value("a") == pytest.approx(0.9 * 0.5 + 0.1 * 1.0)
+    assert v.value("never-read") == pytest.approx(0.9 * 0.5 + 0.1 * 1.0)
     assert v.value("b") == 0.0  # not read this batch: unchanged
     with pytest.raises(ValueError, match="2 name lists for 1 rewards"):
         v.update([["a"], []], [1.0])
@@ -236,7 +238,8 @@ def test_skill_values_running_average_by_hand():
         credit.SkillValues(decay=1.0)
 
 
-# Group 0 (kept): V = [0.8], [0.2, 0.0 (never read)], [0.8]; mean 0.45 -> s = [0.35], [-0.25, -0.45], [0.35].
+# Group 0 (kept): the executed (last) reads have V = 0.8, 0.0 (gamma, never read), 0.8; mean 1.6 / 3 ->
+# s = [0.2667], [0 (beta: not executed), -0.5333], [0.2667].
 # Group 1 (kept): three reads of "delta" (V = 0.1): the float mean is 0.1 + 1e-17, still no signal.
 # Group 2 (filtered): rewards [0, 0].
 UTILITY = dict(
@@ -256,13 +259,13 @@ def _values():
 def test_utility_by_hand():
     values = _values()
     c = credit.assign("utility", _inputs(**UTILITY, skill_values=values), NO_STD)
-    assert _flat(c.read_adv[:3]) == pytest.approx([0.35, -0.25, -0.45, 0.35])
+    assert _flat(c.read_adv[:3]) == pytest.approx([0.8 - 1.6 / 3, 0.0, -1.6 / 3, 0.8 - 1.6 / 3])
     assert c.read_adv[3:] == [[0.0]] * 5  # equal utilities (group 1) and the filtered group 2: no signal
     assert c.groups_filtered == 1
-    # Four active reads share lambda: 0.05 on each one-token name; inactive names get nothing.
-    assert [c.weights[i, t].item() for i, t in [(0, 1), (1, 1), (1, 4), (2, 1)]] == pytest.approx([0.05] * 4)
-    assert c.weights[3, 1] == 0 and torch.all(c.weights[6:] == 0)
-    assert c.advantages[1, 4].item() == pytest.approx(-0.45)
+    # Three active (executed) reads share lambda: 0.2 / 3 on each one-token name; the others get nothing.
+    assert [c.weights[i, t].item() for i, t in [(0, 1), (1, 4), (2, 1)]] == pytest.approx([0.2 / 3] * 3)
+    assert c.weights[1, 1] == 0 and c.weights[3, 1] == 0 and torch.all(c.weights[6:] == 0)
+    assert c.advantages[1, 4].item() == pytest.approx(-1.6 / 3)
     # Execution: the masked_exec channel over the kept groups (7 + 4 + 7 + 7 + 7 + 7 = 39 tokens).
     assert c.weights[1, 8].item() == pytest.approx(1 / 39) and c.advantages[1, 8].item() == pytest.approx(-1 / 3)
     assert c.weights[1, 3] == 0  # the second read call's "<read>"

@@ -8,7 +8,7 @@
 """
 
 from ..tokenizer import load_tokenizer, token_spans
-from .domains import DOMAINS, VARIANTS, Domain, family_tables, parse_table, render_table, run_chain
+from .domains import DOMAINS, VARIANTS, Domain, family_tables, lookalike_tables, parse_table, render_table, run_chain
 from .episode import (
     ANSWER_CLOSE, ANSWER_OPEN, BODY_CLOSE, BODY_OPEN, ERROR_CLOSE, ERROR_OPEN, MAX_HORIZON, PROMPT_END, READ_CLOSE,
     READ_OPEN, EpisodeError, Outcome, Read, SkillSlateEnv, Task,
@@ -21,7 +21,7 @@ from .policies import (
 )
 
 __all__ = [
-    "DOMAINS", "VARIANTS", "Domain", "family_tables", "parse_table", "render_table", "run_chain",
+    "DOMAINS", "VARIANTS", "Domain", "family_tables", "lookalike_tables", "parse_table", "render_table", "run_chain",
     "ANSWER_CLOSE", "ANSWER_OPEN", "BODY_CLOSE", "BODY_OPEN", "ERROR_CLOSE", "ERROR_OPEN", "MAX_HORIZON", "PROMPT_END",
     "READ_CLOSE", "READ_OPEN", "EpisodeError", "Outcome", "Read", "SkillSlateEnv", "Task", "display_name", "skill_name",
     "EVAL_PERCENT", "description", "skill_md", "split_of", "write_library",

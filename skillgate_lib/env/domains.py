@@ -85,6 +85,34 @@ def family_tables(domain: str, family: str) -> tuple[dict[str, Table], Table]:
     return {v: table(int(o)) for v, o in zip(VARIANTS, offsets)}, table(int(offsets[-1]))
 
 
+def lookalike_tables(domain: str, family: str, agreement: float) -> dict[str, Table]:
+    """The family's variant tables when look-alikes agree on part of their keys.
+
+    ``agreement`` is the expected fraction of keys on which two variants of the family
+    give the same value (0 gives :func:`family_tables`' variants, which disagree on every
+    key). Each variant keeps its own value at a key with probability ``1 - sqrt(agreement)``
+    and otherwise takes the family's shared value there (the unused table's), so two variants
+    agree at a key exactly when both took the shared value. The draws are seeded by the
+    family and variant names, so the tables are stable across runs.
+
+    A look-alike then executes the oracle's chain exactly while the chain stays on keys the
+    two agree on: at horizon ``H`` it succeeds with probability about ``agreement ** H``,
+    which gives misleading reads a success rate that falls with the horizon.
+    """
+    if not 0.0 <= agreement <= 1.0:
+        raise ValueError(f"lookalike_agreement must lie in [0, 1], got {agreement}")
+    variants, shared = family_tables(domain, family)
+    if agreement == 0.0:
+        return variants
+    p = float(np.sqrt(agreement))
+    out = {}
+    for v, table in variants.items():
+        rng = _seeded(domain, family, v, "agree")
+        take = rng.random(len(table)) < p
+        out[v] = {k: (shared[k] if t else val) for (k, val), t in zip(table.items(), take)}
+    return out
+
+
 def render_table(table: Table) -> str:
     """The body line of a table: ``k>v`` entries in the alphabet's order."""
     return " ".join(f"{k}{ENTRY_SEP}{v}" for k, v in table.items())

@@ -24,7 +24,8 @@ so the cue ``mark amber`` can be *copied* into the read call.
 Protocol
 --------
 * The policy may write ``<read> WORDS </read>`` several times; the environment
-  appends the body of the skill ``"-".join(WORDS)`` when it is on the slate, or
+  appends the body of the skill ``skill_name(WORDS)`` (:mod:`.names`: the words
+  joined by ``-``) when it is on the slate, or
   `` <error> ... </error>`` for an off-slate name, an empty read, or a read past
   ``max_reads`` (which also ends the read phase).
 * Then H step lines and ``<answer> SYMBOL </answer>``. Execution follows the *last*
@@ -46,6 +47,7 @@ verifier must apply identically.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from dataclasses import dataclass
@@ -54,8 +56,9 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from ..skills import Skill, Slate, load_library, make_slate
-from .domains import DOMAINS, VARIANTS, Table, family_tables, parse_table, run_chain
+from .domains import DOMAINS, VARIANTS, Table, family_tables, lookalike_tables, parse_table, render_table, run_chain
 from .library import split_of
+from .names import display_name, skill_name
 
 READ_OPEN, READ_CLOSE = "<read>", "</read>"
 BODY_OPEN, BODY_CLOSE = "<body>", "</body>"
@@ -126,11 +129,6 @@ class Outcome:
         return served[-1] if served else None
 
 
-def display_name(name: str) -> str:
-    """How prompts and read calls write a skill name: its hyphen-separated words."""
-    return name.replace("-", " ")
-
-
 def _words(text: str) -> list[tuple[str, int, int]]:
     return [(m.group(), m.start(), m.end()) for m in re.finditer(r"\S+", text)]
 
@@ -150,6 +148,27 @@ def _split_steps(toks: Sequence[str]) -> list[list[str]]:
     return lines
 
 
+def _check_horizons(horizons: Iterable[int]) -> tuple[int, ...]:
+    horizons = tuple(int(h) for h in horizons)
+    if not horizons or min(horizons) < 1 or max(horizons) > MAX_HORIZON:
+        raise EpisodeError(f"horizons must lie in 1..{MAX_HORIZON}, got {horizons!r}")
+    return horizons
+
+
+def _with_lookalike_tables(library: Mapping[str, Skill], agreement: float) -> dict[str, Skill]:
+    """``library`` with every embedded-domain skill's body rebuilt from :func:`lookalike_tables`."""
+    tables: dict[tuple[str, str], dict[str, Table]] = {}
+    out = {}
+    for name, s in library.items():
+        if s.domain in DOMAINS and s.family in DOMAINS[s.domain].families and s.variant in VARIANTS:
+            key = (s.domain, s.family)
+            if key not in tables:
+                tables[key] = lookalike_tables(s.domain, s.family, agreement)
+            s = dataclasses.replace(s, body=render_table(tables[key][s.variant]))
+        out[name] = s
+    return out
+
+
 class SkillSlateEnv:
     """Tasks, slates, prompts, tool responses and the verifier over a skill library.
 
@@ -160,6 +179,11 @@ class SkillSlateEnv:
     ``step_failure``: injected probability that each step fails regardless of the text.
     ``domains``: default task domains (a subset of :data:`DOMAINS`; e.g. four for a held-out-domain run).
     ``show_slate``: False gives the skill-free variant: no slate in the prompt, every read an error.
+    ``lookalike_agreement``: expected fraction of keys on which two variants of a family agree
+    (:func:`~skillgate_lib.env.domains.lookalike_tables`); 0 = look-alikes disagree on every key.
+    Above 0 the bodies of the embedded domains' skills are rebuilt from their family's tables,
+    so a misleading read succeeds while its chain stays on shared keys.
+    ``horizons``: the horizons tasks are drawn from by default (uniformly).
     """
 
     def __init__(
@@ -171,12 +195,18 @@ class SkillSlateEnv:
         step_failure: float = 0.0,
         domains: Sequence[str] | None = None,
         show_slate: bool = True,
+        lookalike_agreement: float = 0.0,
+        horizons: Iterable[int] = range(1, 9),
     ):
         if not 0.0 <= step_failure <= 1.0:
             raise ValueError(f"step_failure must lie in [0, 1], got {step_failure}")
         if max_reads < 1:
             raise ValueError(f"max_reads must be >= 1, got {max_reads}")
         self.library = dict(load_library() if library is None else library)
+        self.lookalike_agreement = lookalike_agreement
+        if lookalike_agreement != 0.0:
+            self.library = _with_lookalike_tables(self.library, lookalike_agreement)
+        self.horizons = _check_horizons(horizons)
         self.slate_sizes = tuple(slate_sizes)
         self.max_reads = max_reads
         self.max_response_chars = max_response_chars
@@ -223,19 +253,18 @@ class SkillSlateEnv:
         )
 
     def sample_tasks(
-        self, n: int, split: str, seed: int, horizons: Iterable[int] = range(1, 9), domains: Sequence[str] | None = None
+        self, n: int, split: str, seed: int, horizons: Iterable[int] | None = None, domains: Sequence[str] | None = None
     ) -> list[Task]:
         """``n`` instances of ``split`` ("train" / "eval"), deterministic in ``seed``.
 
-        Domain, family, variant, start and horizon are uniform. The split is decided by the
-        (skill, start) pair (:func:`split_of`), so an eval chain is never a prefix of a
-        training chain; both splits may repeat instances internally.
+        Domain, family, variant, start and horizon (from ``horizons``, default the
+        environment's) are uniform. The split is decided by the (skill, start) pair
+        (:func:`split_of`), so an eval chain is never a prefix of a training chain; both
+        splits may repeat instances internally.
         """
         if split not in ("train", "eval"):
             raise EpisodeError(f"split must be 'train' or 'eval', got {split!r}")
-        horizons = tuple(horizons)
-        if not horizons or min(horizons) < 1 or max(horizons) > MAX_HORIZON:
-            raise EpisodeError(f"horizons must lie in 1..{MAX_HORIZON}, got {horizons!r}")
+        horizons = self.horizons if horizons is None else _check_horizons(horizons)
         domains = self._check_domains(domains if domains is not None else self.domains)
         keys = {d: sorted(k for k in self.index if k[0] == d) for d in domains}
         rng = np.random.default_rng(seed)
@@ -284,7 +313,7 @@ class SkillSlateEnv:
             return f"{ERROR_OPEN} {ERR_LIMIT} {ERROR_CLOSE}"
         if not inner:
             return f"{ERROR_OPEN} {ERR_BAD} {ERROR_CLOSE}"
-        name = "-".join(inner)
+        name = skill_name(inner)
         if not self.show_slate or slate.category(name) is None:
             return f"{ERROR_OPEN} {ERR_UNKNOWN} {ERROR_CLOSE}"
         return f"{BODY_OPEN} {' '.join(self.library[name].body.split())} {BODY_CLOSE}"
@@ -337,7 +366,7 @@ class SkillSlateEnv:
             if not inner or READ_OPEN in inner:
                 malformed = True
                 break
-            name = "-".join(inner)
+            name = skill_name(inner)
             category = slate.category(name) if self.show_slate else None
             k = len(reads) + 1
             reads.append(Read(name, category or "invalid", words[i + 1][1], words[j - 1][2],
@@ -398,7 +427,7 @@ class SkillSlateEnv:
         self._check(task, slate)
         parts, served = [], []
         for k, name in enumerate(reads, start=1):
-            parts.append(f"{READ_OPEN} {display_name(name)} {READ_CLOSE} " + self._insertion(slate, name.split("-"), k))
+            parts.append(f"{READ_OPEN} {display_name(name)} {READ_CLOSE} " + self._insertion(slate, display_name(name).split(), k))
             if k <= self.max_reads and self.show_slate and slate.category(name) is not None:
                 served.append(name)
             if k > self.max_reads:

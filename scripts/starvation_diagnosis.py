@@ -1,0 +1,132 @@
+"""Why the selector channel starves at kit scale: SkillGate's construction taken apart, one knob at a time.
+
+Every condition trains the same budget from the committed warm start in one regime, on the
+same seeds, and is judged on the same held-out instances. Conditions (``--conditions``):
+
+  outcome              outcome-only GRPO (dynamic sampling + refill, KL 3e-5: the reference protocol)
+  skillgate            SkillGate as the reference defines it (lambda 0.2, active-read sharing, filter)
+  skillgate_nofilter   the same without the all-equal-group filter (and no refill)
+  tokenmean            lambda averaged over every name token, no filter (the kit's earlier SkillGate)
+  lambda0.5/1/2        SkillGate at lambda 0.5, 1, 2
+  selector_only        the selector channel alone (execution weight 0), lambda 1
+  selection_bc         the reference's supervised fine-tune of the oracle's read call (no RL)
+
+Usage::
+
+    python scripts/starvation_diagnosis.py --regime paper --seeds 0 1 2 3 --out build/runs/diagnosis
+    python scripts/starvation_diagnosis.py --out build/runs/diagnosis --summary   # the table, from the runs
+
+Runs resume; the table (mean and 95 % bootstrap interval over seeds of the final held-out
+success / oracle-read / reads per trial, and the paired difference to outcome) is written to
+``OUT/summary.csv`` and printed as Markdown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+CONDITIONS: dict[str, tuple[str, dict]] = {
+    "outcome": ("outcome", {}),
+    "skillgate": ("skillgate", {}),
+    "skillgate_nofilter": ("skillgate", {"filter_groups": False}),
+    "tokenmean": ("skillgate_tokenmean", {"filter_groups": False}),
+    "lambda0.5": ("skillgate", {"selector_coef": 0.5}),
+    "lambda1": ("skillgate", {"selector_coef": 1.0}),
+    "lambda2": ("skillgate", {"selector_coef": 2.0}),
+    "selector_only": ("selector_only", {"selector_coef": 1.0}),
+    "selection_bc": ("selection_bc", {}),
+}
+MEASURES = ("eval/success", "eval/oracle_read", "eval/misleading_read", "eval/reads", "eval/last_oracle")
+
+
+def run(out: Path, conditions, seeds, workers: int, **shared) -> None:
+    from skillgate_lib.compare import compare
+
+    for name in conditions:
+        method, extra = CONDITIONS[name]
+        print(f"== {name}: {method} {extra}", flush=True)
+        compare(methods=[method], seeds=tuple(seeds), out_dir=out / name, workers=workers, resume=True,
+                progress=False, **shared, **extra)
+
+
+def _boot(x: np.ndarray, rng, n: int = 10_000) -> tuple[float, float]:
+    if len(x) < 2:
+        return float("nan"), float("nan")
+    means = rng.choice(x, size=(n, len(x)), replace=True).mean(axis=1)
+    return float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
+
+
+def final_table(out: Path) -> pd.DataFrame:
+    """One row per (condition, seed): the final held-out measures and the training-side starvation counts."""
+    rows = []
+    for cond_dir in sorted(p for p in out.iterdir() if p.is_dir()):
+        for run_dir in sorted(cond_dir.iterdir()):
+            if not (run_dir / "adapter").exists():
+                continue
+            lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+            ev = [x for x in lines if x["split"] == "eval"]
+            tr = [x for x in lines if x["split"] == "train"]
+            cfg = json.loads((run_dir / "config.json").read_text())
+            row = {"condition": cond_dir.name, "seed": cfg["seed"], "start_" + "eval/oracle_read": ev[0]["eval/oracle_read"],
+                   **{m: ev[-1][m] for m in MEASURES}}
+            sampled = sum(x.get("groups/sampled", 0) for x in tr)
+            row["kept_frac"] = sum(x.get("groups/kept", 0) for x in tr) / sampled if sampled else float("nan")
+            active = sum(x.get("reads/selector_active", 0) for x in tr)
+            row["active_reads_filtered_frac"] = (sum(x.get("reads/selector_active_filtered", 0) for x in tr) / active
+                                                 if active else float("nan"))
+            row["zero_read_frac"] = float(np.mean([x.get("train/zero_read", float("nan")) for x in tr]))
+            row["train_reads_last"] = float(np.mean([x["train/reads"] for x in tr[-5:]])) if tr and "train/reads" in tr[-1] else float("nan")
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def summary(out: Path, seed: int = 0) -> pd.DataFrame:
+    df = final_table(out)
+    rng = np.random.default_rng(seed)
+    base = df[df["condition"] == "outcome"].set_index("seed")
+    rows = []
+    for cond, sub in df.groupby("condition", sort=False):
+        r = {"condition": cond, "seeds": len(sub)}
+        for m in ("eval/success", "eval/oracle_read", "eval/reads"):
+            x = sub[m].to_numpy(float)
+            lo, hi = _boot(x, rng)
+            r[m] = f"{100 * x.mean():.1f} [{100 * lo:.1f}, {100 * hi:.1f}]" if m != "eval/reads" else f"{x.mean():.2f}"
+        paired = sub.set_index("seed")["eval/oracle_read"] - base["eval/oracle_read"]
+        paired = paired.dropna().to_numpy(float)
+        if cond != "outcome" and len(paired):
+            lo, hi = _boot(paired, rng)
+            r["oracle_read - outcome (pp)"] = f"{100 * paired.mean():+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]"
+        r["kept groups"] = f"{100 * sub['kept_frac'].mean():.0f} %"
+        r["active reads filtered"] = f"{100 * sub['active_reads_filtered_frac'].mean():.0f} %"
+        rows.append(r)
+    return pd.DataFrame(rows)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, default=Path("build/runs/diagnosis"))
+    p.add_argument("--regime", default="paper")
+    p.add_argument("--conditions", nargs="+", default=list(CONDITIONS), choices=list(CONDITIONS))
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3])
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--prompts-per-step", type=int, default=4)
+    p.add_argument("--lr", type=float, default=5e-3)
+    p.add_argument("--eval-tasks", type=int, default=256)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--summary", action="store_true", help="only print the table from the runs in --out")
+    a = p.parse_args()
+    if not a.summary:
+        run(a.out, a.conditions, a.seeds, a.workers, regime=a.regime, steps=a.steps, prompts_per_step=a.prompts_per_step,
+            lr=a.lr, eval_tasks=a.eval_tasks, eval_every=10, log_train_every=1)
+    table = summary(a.out)
+    table.to_csv(a.out / "summary.csv", index=False)
+    print(table.to_markdown(index=False))
+
+
+if __name__ == "__main__":
+    main()

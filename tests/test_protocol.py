@@ -1,0 +1,173 @@
+"""Every arm as the reference trains it, the regimes' knobs, and where the selector's gradient lands."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from skillgate_lib import credit, methods, regimes, train
+from skillgate_lib.batching import pack, response_logprobs
+from skillgate_lib.env import SkillSlateEnv, display_name, family_tables, lookalike_tables, run_chain
+from skillgate_lib.models import load_policy
+from skillgate_lib.records import credit_inputs
+
+
+@pytest.fixture(scope="module")
+def warm():
+    return load_policy("tiny")
+
+
+def _cfg(tmp_path, **over):
+    base = dict(model="tiny", steps=1, prompts_per_step=2, group_size=4, eval_tasks=8, threads=1,
+                run_dir=str(tmp_path / "run"), lr=1e-2)
+    base.update(over)
+    return train.TrainConfig(**base)
+
+
+RL_ARMS = [m.name for m in methods.METHODS.values() if m.trainable and not m.separate_finetune]
+
+
+@pytest.mark.parametrize("method", RL_ARMS)
+def test_every_rl_arm_filters_all_equal_groups_and_refills(method, tmp_path):
+    """The reference's dynamic sampling in every RL arm: only mixed groups reach the update, and
+    fresh prompts are drawn (up to max_draws rounds) until prompts_per_step groups are kept."""
+    base, tokenizer = load_policy("tiny")  # a fresh base: LoRA is put on it
+    cfg = _cfg(tmp_path, method=method, max_draws=4)
+    model, params, opt, ccfg, values = train.setup_training(base, cfg)
+    env = train.make_env(cfg)
+    for step in range(2):
+        episodes, cr, _, row, _ = train.grpo_step(model, tokenizer, env, opt, params, cfg, ccfg, step, values)
+        groups = {}
+        for e in episodes:
+            groups.setdefault(e.group, set()).add(e.outcome.reward)
+        assert all(len(r) > 1 for r in groups.values()), "an all-equal group reached the update"
+        assert len(groups) == row["groups/kept"] <= cfg.prompts_per_step
+        assert row["groups/sampled"] % cfg.prompts_per_step == 0
+        draws = row["groups/sampled"] // cfg.prompts_per_step
+        # it stops drawing as soon as the batch is full, and draws every round when it is not
+        assert draws == cfg.max_draws if row["groups/kept"] < cfg.prompts_per_step else 1 <= draws <= cfg.max_draws
+        assert row["groups/filtered"] == row["groups/sampled"] - row["groups/kept"]
+        if cr is not None:  # nothing left to filter inside the assigner
+            assert cr.groups_filtered == 0
+
+
+def test_without_the_filter_one_draw_is_trained_as_drawn(warm, tmp_path):
+    base, tokenizer = warm
+    cfg = _cfg(tmp_path, method="outcome", filter_groups=False)
+    episodes, drawn, stats = train.sample_batch(base, tokenizer, train.make_env(cfg), cfg, step=0)
+    assert episodes is drawn and len(episodes) == cfg.prompts_per_step * cfg.group_size
+    assert stats["groups/sampled"] == stats["groups/kept"] == cfg.prompts_per_step
+
+
+def test_selector_weights_land_on_the_log_probs_of_the_sampled_name_tokens(warm):
+    """The selector channel's weight sits on the positions whose log-probabilities are those of the
+    name words the policy sampled. Shifting the spans by one position breaks both checks."""
+    base, tokenizer = warm
+    env = SkillSlateEnv()
+    cfg = train.TrainConfig(model="tiny", prompts_per_step=4, group_size=4, run_dir="unused")
+    from skillgate_lib.rollout import generate
+
+    episodes = generate(base, tokenizer, env, train.step_items(env, cfg, 0), 160, 1.0, torch.Generator().manual_seed(0))
+    batch = pack(episodes, tokenizer.pad_token_id)
+    cr = credit.assign("selector_only", credit_inputs(episodes, batch), credit.CreditConfig(filter_groups=False))
+    with torch.no_grad():
+        logp = response_logprobs(base, batch)
+        full = torch.log_softmax(base(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                                      position_ids=batch["position_ids"]).logits.float(), -1)
+    P = batch["input_ids"].shape[1] - batch["response_ids"].shape[1]
+    checked = 0
+    for i, e in enumerate(episodes):
+        for span, name in zip(e.read_spans, e.read_names):
+            words = tokenizer(display_name(name), add_special_tokens=False)["input_ids"]
+            for shift, expect in ((0, True), (1, False)):
+                lo, hi = span.name_start + shift, span.name_end + shift
+                ids = batch["response_ids"][i, lo:hi].tolist()
+                manual = [full[i, P + t - 1, batch["response_ids"][i, t]].item() for t in range(lo, hi)]
+                assert (ids == words) is expect
+                assert torch.allclose(logp[i, lo:hi], torch.tensor(manual), atol=1e-4)
+            on = cr.weights[i] > 0
+            assert set(torch.nonzero(on).flatten().tolist()) <= {
+                t for s in e.read_spans for t in range(s.name_start, s.name_end)}
+            checked += 1
+    assert checked >= 8 and (cr.weights > 0).any()
+
+
+def test_lookalike_agreement_sets_the_share_of_agreeing_keys_and_misleading_success():
+    assert lookalike_tables("ledger", "credit", 0.0) == family_tables("ledger", "credit")[0]
+    agree = []
+    for dom, fams in (("ledger", ("credit", "debit", "rebate")), ("cipher", ("shift", "triad")), ("filter", ("upper",))):
+        for fam in fams:
+            t = lookalike_tables(dom, fam, 0.5)
+            vs = list(t)
+            agree += [np.mean([t[a][k] == t[b][k] for k in t[a]]) for i, a in enumerate(vs) for b in vs[i + 1:]]
+    assert 0.35 < np.mean(agree) < 0.65  # expected 0.5, over 6 families x 15 pairs x 7-10 keys
+    with pytest.raises(ValueError, match="lookalike_agreement"):
+        lookalike_tables("ledger", "credit", 1.5)
+    # The verifier scores a look-alike's demonstration a success exactly when its chain is the oracle's.
+    env = SkillSlateEnv(lookalike_agreement=0.5)
+    wins = 0
+    for task in env.sample_tasks(60, "train", seed=1, horizons=[1, 2]):
+        slate = env.slate(task, seed=0)
+        wrong = next(c.name for c in slate.candidates if c.category == "misleading")
+        same = run_chain(env.tables[wrong], task.start, task.horizon) == run_chain(env.tables[task.oracle], task.start,
+                                                                                 task.horizon)
+        ok = env.score(task, slate, env.demonstration(task, slate, [wrong])).success
+        assert ok == same
+        wins += ok
+    assert 0 < wins < 60
+    assert env.library[wrong].body != SkillSlateEnv().library[wrong].body
+
+
+def test_regime_presets_resolve_into_the_run_config(tmp_path):
+    cfg = _cfg(tmp_path, regime="paper")
+    p = regimes.get("paper")
+    assert (cfg.step_failure, cfg.lookalike_agreement, cfg.horizons) == (p.step_failure, p.lookalike_agreement,
+                                                                         p.horizons)
+    assert _cfg(tmp_path, regime="paper", step_failure=0.0).step_failure == 0.0  # an explicit knob wins
+    env, eval_env = train.make_env(cfg), train.make_env(cfg, train=False)
+    assert env.step_failure == eval_env.step_failure == p.step_failure  # alike in training and evaluation
+    assert env.lookalike_agreement == p.lookalike_agreement and env.horizons == p.horizons
+    with pytest.raises(ValueError, match="unknown regime 'hard'; choose one of: easy"):
+        _cfg(tmp_path, regime="hard")
+    record = json.loads(json.dumps(train._config_record(cfg)))
+    assert record["regime"] == "paper" and record["lookalike_agreement"] == p.lookalike_agreement
+
+
+def test_skill_free_trains_without_the_slate_and_is_evaluated_with_it(tmp_path):
+    cfg = _cfg(tmp_path, method="skill_free")
+    assert not train.make_env(cfg).show_slate and train.make_env(cfg, train=False).show_slate
+
+
+def test_selection_bc_is_a_supervised_finetune_of_the_whole_read_call(tmp_path):
+    base, tokenizer = load_policy("tiny")
+    cfg = _cfg(tmp_path, method="selection_bc")
+    assert methods.get("selection_bc").separate_finetune and methods.get("selection_bc_rl").supervised_term
+    model, params, opt, *_ = train.setup_training(base, cfg)
+    env = train.make_env(cfg)
+    task = env.sample_tasks(1, "train", seed=0)[0]
+    slate = env.slate(task, seed=0)
+    n_call = len(tokenizer(f"<read> {display_name(slate.oracle)} </read>", add_special_tokens=False)["input_ids"])
+    seen = {}
+    real_pack = train.pack
+
+    def spy(episodes, pad):
+        seen["masks"] = [sum(e.policy_mask) for e in episodes]
+        return real_pack(episodes, pad)
+
+    train.pack = spy
+    try:
+        train.selection_ce(model, tokenizer, env, [(task, slate)], whole_call=True)
+        assert seen["masks"] == [n_call]  # opener, name words, closer
+        train.selection_ce(model, tokenizer, env, [(task, slate)])
+        assert seen["masks"] == [n_call - 2]  # the ablation's term: the name words only
+    finally:
+        train.pack = real_pack
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    _, cr, _, row, _ = train.sft_step(model, tokenizer, env, opt, params, cfg, step=0)
+    assert cr is None and row["loss"] > 0
+    after = dict(model.named_parameters())
+    assert any(not torch.equal(before[n], after[n]) for n in before if "lora_B" in n)
+    assert all(torch.equal(before[n], after[n]) for n in before if "lora_" not in n)
