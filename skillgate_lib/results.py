@@ -21,6 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from skillgate_lib import logs, methods
+from skillgate_lib.logs import ArtifactError
 
 method_of = methods.of_config
 """The method name of a run from its ``config.json``."""
@@ -74,6 +75,16 @@ def selected_runs(root: str | Path) -> list[Path]:
     return [r.path for r in runs(root)]
 
 
+def _evals(run: Run) -> pd.DataFrame:
+    """The run's evaluation rows of ``metrics.jsonl``, one per step (a step logged twice is an error)."""
+    ev = logs.read_metrics(run.path).query("split == 'eval'")
+    twice = sorted(set(ev.loc[ev["step"].duplicated(), "step"].astype(int)))
+    if twice:
+        raise ArtifactError(f"{run.path / 'metrics.jsonl'}: field 'step': evaluation of step(s) {twice} logged more "
+                            "than once; expected one per step (did two processes write this run?)")
+    return ev.set_index("step", drop=False).sort_index()
+
+
 def reported_evals(run: Run, steps) -> list[tuple[str, int]]:
     """``(row label, step)`` of the evaluations ``run`` reports, given its evaluated ``steps``.
 
@@ -92,7 +103,7 @@ def final_metrics(root: str | Path, selected_only: bool = True) -> pd.DataFrame:
     """
     rows = []
     for run in runs(root, selected_only):
-        ev = logs.read_metrics(run.path).query("split == 'eval'").set_index("step", drop=False)
+        ev = _evals(run)
         for label, step in reported_evals(run, ev["step"]):
             rec = ev.loc[step]
             rows.append({"method": label, "seed": run.seed, "step": step, "run": run.name,
@@ -104,8 +115,7 @@ def learning_curves(root: str | Path, selected_only: bool = True) -> pd.DataFram
     """Held-out evaluation by step for every (selected) run under ``root``: columns method, seed, step, eval/*."""
     frames = []
     for run in runs(root, selected_only):
-        ev = logs.read_metrics(run.path).query("split == 'eval'")
-        frames.append(ev.assign(method=run.method, seed=run.seed))
+        frames.append(_evals(run).reset_index(drop=True).assign(method=run.method, seed=run.seed))
     cols = ["method", "seed", "step"] + sorted(c for c in frames[0].columns if c.startswith("eval/") and c.count("/") == 1)
     return pd.concat(frames, ignore_index=True)[cols]
 

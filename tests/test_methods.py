@@ -70,3 +70,22 @@ def test_reading_results_and_building_the_table_loads_no_trainer():
     loaded = set(out.stdout.split())
     assert "skillgate_lib.results" in loaded
     assert not loaded & set(TRAINER_MODULES), sorted(loaded & set(TRAINER_MODULES))
+
+
+def test_a_run_logged_twice_is_named_not_averaged(tmp_path):
+    """Two processes writing one run leave every evaluation twice: the reader says so, naming the file and field."""
+    import shutil
+
+    from skillgate_lib.logs import ArtifactError
+
+    run = tmp_path / "outcome-seed0"
+    run.mkdir()
+    src = paths.DATA_DIR / "runs" / "compare" / "outcome-seed0"
+    shutil.copy(src / "config.json", run)
+    shutil.copy(src / "metrics.jsonl", run)
+    assert len(results.final_metrics(tmp_path)) == 2  # sft and outcome
+    lines = (src / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (run / "metrics.jsonl").write_text("".join(line + line for line in lines))
+    with pytest.raises(ArtifactError, match=r"outcome-seed0/metrics.jsonl: field 'step': evaluation of step\(s\) \[0, 10"):
+        results.final_metrics(tmp_path)
+
