@@ -156,7 +156,7 @@ def _one_two_five(ax: plt.Axes, values: np.ndarray, percent: bool) -> None:
     lo, hi = float(values.min()), float(values.max())
     subs = (1, 2, 5) if hi / lo < 200 else (1,)
     ticks = np.array([m * 10.0 ** e for e in range(-8, 3) for m in subs])
-    ax.set_ylim(ticks[ticks <= lo / 1.05].max(), ticks[ticks >= hi * 1.05].min())
+    ax.set_ylim(ticks[ticks <= lo / 1.25].max(), ticks[ticks >= hi * 1.05].min())  # room for the error bars below
     ax.yaxis.set_major_locator(LogLocator(base=10, subs=subs))
     ax.yaxis.set_minor_formatter(NullFormatter())
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{100 * v:g} %" if percent else f"{v:g}"))
