@@ -131,7 +131,7 @@ def test_a_turn_is_cut_after_its_first_read_call_whatever_the_tokenizer():
     assert first_call_end(word("step ok </read>", add_special_tokens=False)["input_ids"], word) is None
 
 
-def _train(out, credit="skillgate", script_steps=(0,), reward=_reward, **extra):
+def _train(out, credit="skillgate", script_steps=(0,), reward=_reward, credit_config=None, **extra):
     torch.manual_seed(0)
     tok = _tokenizer()
     model = LlamaForCausalLM(LlamaConfig(vocab_size=len(WORDS), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
@@ -143,7 +143,7 @@ def _train(out, credit="skillgate", script_steps=(0,), reward=_reward, **extra):
                       use_cpu=True, bf16=False, learning_rate=5e-2, save_strategy="no", seed=0, **extra)
     trainer = _Recording(model=model, args=args, processing_class=tok, reward_funcs=reward, train_dataset=Dataset.from_list(rows),
                          peft_config=peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"),
-                         credit=credit, script_steps=script_steps)
+                         credit=credit, credit_config=credit_config, script_steps=script_steps)
     before = {k: v.detach().clone() for k, v in trainer.model.named_parameters()}
     trainer.train()
     return trainer, tok, before, dict(trainer.model.named_parameters())
@@ -267,22 +267,28 @@ def test_completions_parquet_carries_channel_columns(run):
 
 
 def test_utility_credit_carries_skill_values_across_steps(tmp_path):
-    """Both steps scripted: step 0 sees only the prior (no name credit), step 1 the values step 0 left."""
+    """Both steps scripted: step 0 sees only the prior (no name credit), step 1 the values step 0 left.
+
+    As in the kit's trainer, values learn from the kept groups' executed reads (the last read served)
+    and only the executed read is credited; an unseen skill is worth the running mean outcome."""
     trainer, tok, *_ = _train(tmp_path, credit="utility", script_steps=(0, 1))
-    # After step 0 (first observations): each skill's mean outcome over the trajectories that read it.
-    after_0 = {"alpha-sort": 0.5, "alpha-sorx": 0.5, "beta-merge": 0.5, "gamma-plot": 0.0, "two-words": 1.0}
-    assert trainer.skill_values.values == pytest.approx(after_0)  # step 1 saw the same outcomes: unchanged
+    # Executed reads of the kept groups 0 and 2 (group 1 is filtered): alpha-sort (1), alpha-sorx (0, 1),
+    # beta-merge (1, 0); "two-words" is off the slate, so never executed.
+    after_0 = {"alpha-sort": 1.0, "alpha-sorx": 0.5, "beta-merge": 0.5}
+    values = trainer.skill_values
+    assert values.values == pytest.approx(after_0) and values.baseline == pytest.approx(0.6)  # step 1: unchanged
     first, second = trainer.generated
     name_tokens = [(0, 1), (1, 1), (2, 1), (2, 4), (8, 1), (9, 1), (10, 1), (10, 2)]  # of the kept groups
     assert [first["advantages"][i, t].item() for i, t in name_tokens] == [0.0] * 8  # every V is the prior
-    # Step 1, group 2: V = 0.5, 0.5, 1.0 -> s = -1/6, -1/6, +1/3: three active reads share lambda (group 0's
-    # reads all have V = 0.5: no signal; group 1 is filtered).
+    # Step 1, centred over each group's executed reads. Group 0: V = 1, 0.5, 0.5 (beta-merge, read after alpha-sort,
+    # which is not executed) -> s = +1/3, -1/6, -1/6. Group 2: V = 0.5, 0.5 (two-words is off the slate) -> s = 0.
+    # Three active reads share lambda.
     adv, N = second["advantages"].double(), int(second["num_items_in_batch"])
-    assert adv[8, 1].item() == pytest.approx(-1 / 6 * LAMBDA / 3 * N, rel=1e-5)
-    assert adv[10, 1].item() == adv[10, 2].item() == pytest.approx(1 / 3 * LAMBDA / 3 / 2 * N, rel=1e-5)
-    assert [adv[i, t].item() for i, t in name_tokens[:4]] == [0.0] * 4
+    share = LAMBDA / 3 * N
+    expected = [share / 3, -share / 6, 0.0, -share / 6, 0.0, 0.0, 0.0, 0.0]
+    assert [adv[i, t].item() for i, t in name_tokens] == pytest.approx(expected, rel=1e-5, abs=1e-9)
     kit = assign("utility", _kit_inputs(second, tok, scripted=True, read_names=SCRIPT_NAMES,
-                                        skill_values=SkillValues(values=after_0)))
+                                        skill_values=SkillValues(values=after_0, baseline=0.6)))
     torch.testing.assert_close(second["advantages"], (kit.advantages * kit.weights * N).float(), rtol=1e-6, atol=1e-7)
 
 
@@ -503,18 +509,21 @@ def test_the_audit_reads_the_kit_environment_trl_run(env_run, capsys):
 
 
 def test_a_batch_with_every_group_filtered_takes_no_optimizer_step(tmp_path):
-    """Filter parity with the kit's trainer: constant rewards filter every group; weight decay and a KL term
-    would still move the LoRA weights under an optimizer step (the outcome baseline, which filters nothing, does)."""
+    """Filter parity with the kit's trainer: constant rewards filter every group (in every method); weight decay and
+    a KL term would still move the LoRA weights under an optimizer step (they do without the filter)."""
+    from skillgate_lib.credit import CreditConfig
+
     frozen = {}
-    for credit in ("skillgate", "outcome"):
-        trainer, _, before, after = _train(tmp_path / credit, credit=credit, script_steps=(0, 1), weight_decay=0.5, beta=0.1,
-                                           reward=lambda completions, **_: [1.0] * len(completions))
+    for name, credit, cfg in (("skillgate", "skillgate", None), ("outcome", "outcome", None),
+                              ("unfiltered", "skillgate", CreditConfig(filter_groups=False))):
+        trainer, _, before, after = _train(tmp_path / name, credit=credit, script_steps=(0, 1), weight_decay=0.5, beta=0.1,
+                                           reward=lambda completions, **_: [1.0] * len(completions), credit_config=cfg)
         lora = [k for k in before if "lora_A" in k]
-        frozen[credit] = all(torch.equal(before[k], after[k]) for k in lora)
+        frozen[name] = all(torch.equal(before[k], after[k]) for k in lora)
         skipped = [h["credit/update_skipped"] for h in trainer.state.log_history if "credit/update_skipped" in h]
-        assert skipped == ([1.0, 1.0] if credit == "skillgate" else [0.0, 0.0])
-        assert len(trainer.losses) == (0 if credit == "skillgate" else 2)
-    assert frozen == {"skillgate": True, "outcome": False}
+        assert skipped == ([0.0, 0.0] if cfg else [1.0, 1.0]), name
+        assert len(trainer.losses) == (2 if cfg else 0), name
+    assert frozen == {"skillgate": True, "outcome": True, "unfiltered": False}
 
 
 def test_the_trl_example_runs(tmp_path, monkeypatch):

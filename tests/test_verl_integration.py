@@ -255,6 +255,8 @@ def test_reward_manager_and_estimator_on_the_kit_environment():
 
 def test_utility_estimator_carries_skill_values(monkeypatch):
     """``skillgate_utility``: batch 1 sees the prior only; batch 2 the values batch 1 left, by stored skill name."""
+    import copy
+
     from skillgate_lib.credit import SkillValues
 
     env, tok, data, kit = _kit_batch()
@@ -270,7 +272,7 @@ def test_utility_estimator_carries_skill_values(monkeypatch):
     with pytest.raises(ValueError, match="no skill names"):
         fn(token_level_rewards=token_rewards, response_mask=mask, index=uids, reads=reads)
     for step in range(2):
-        before = SkillValues(values=dict(sg.SKILL_VALUES.values))
+        before = copy.deepcopy(sg.SKILL_VALUES)
         with sg.read_annotation(reads, names):
             adv, _ = fn(token_level_rewards=token_rewards, response_mask=mask, index=uids)
         inputs = CreditInputs(token_rewards.sum(-1).double(), torch.arange(len(kit)) // len(PLANS), mask.bool(), reads,

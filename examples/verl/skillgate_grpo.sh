@@ -2,7 +2,9 @@
 # SkillGate GRPO under verl 0.9.x (GPU machine, full `pip install verl[vllm]` plus this kit).
 #
 # The kit's knobs: 8 rollouts per prompt, slate of 16 candidates (1/5/5/5) in the data,
-# lambda = 0.2 (skillgate_lib.integrations.verl.configure), lr 1e-6, KL 3e-5.
+# lambda = 0.2 (skillgate_lib.integrations.verl.configure), lr 1e-6, KL 3e-5, and the
+# kit's dynamic sampling: groups whose rewards all agree dropped and refilled, at most two
+# generation batches per step (the kit's max_draws).
 # One actor update per batch (ppo_mini_batch_size == train_batch_size) with token-mean
 # aggregation makes verl's loss equal the kit's sum(weights * surrogate) exactly; see
 # the docstring of skillgate_lib/integrations/verl.py.
@@ -29,6 +31,9 @@ python -m skillgate_lib.integrations.verl_runner \
   algorithm.adv_estimator="${ESTIMATOR:-skillgate}" \
   algorithm.norm_adv_by_std_in_grpo=true \
   algorithm.use_kl_in_reward=false \
+  algorithm.filter_groups.enable=true \
+  algorithm.filter_groups.metric=reward \
+  algorithm.filter_groups.max_num_gen_batches=2 \
   trainer.use_v1=true \
   trainer.v1.trainer_mode=skillgate_sync \
   reward.reward_manager.source=register \

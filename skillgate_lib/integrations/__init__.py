@@ -8,6 +8,10 @@
   :mod:`~skillgate_lib.integrations.verl_runner`) the task runner that registers them
   inside verl's Ray workers. Needs the ``verl`` extra.
 
+Both engines assign credit with :func:`assign_kept`: the kit's dynamic sampling (groups whose
+rewards all agree dropped before the credit, in every method) without the refill, which
+TRL's fixed generation batch cannot do (verl's own ``algorithm.filter_groups`` can).
+
 Both engines hand over token ids, never the kit's read annotations, so both recover
 read actions the same way, with :func:`find_reads` below: one function, one
 configurable :class:`ReadFormat`; a read's words name a skill by
@@ -22,7 +26,9 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from skillgate_lib.credit import ReadSpan
+import torch
+
+from skillgate_lib.credit import Credit, CreditConfig, CreditInputs, ReadSpan, assign, kept_groups
 from skillgate_lib.env.names import skill_name
 
 
@@ -127,3 +133,33 @@ def read_spans(token_ids: Sequence[int], tokenizer, categories: Mapping[str, str
     spans = [ReadSpan(table.get(n, "invalid"), r.name_start, r.name_end, r.call_start, r.call_end)
              for n, r in zip(names, found)]
     return spans, names
+
+
+def assign_kept(method_credit: str, inputs: CreditInputs, cfg: CreditConfig) -> tuple[Credit, CreditInputs | None]:
+    """The kit trainer's credit of a batch: ``assign`` on the trajectories of the groups dynamic sampling keeps.
+
+    With ``cfg.filter_groups`` (the default, every method), groups whose rewards all agree
+    are dropped and the assigner sees the kept groups only, exactly as the kit's trainer
+    trains on the groups its draws kept; without it every group is kept. Returns the
+    credit over the whole batch (zero advantage, weight and logged advantages on dropped
+    rows; ``groups_filtered`` counts the dropped groups) and the kept rows' inputs (``None``
+    when no group is kept: no optimizer step), from which per-skill values are updated.
+    """
+    B, T = inputs.response_mask.shape
+    keep = kept_groups(inputs) if cfg.filter_groups else torch.ones(B, dtype=torch.bool)
+    rows = keep.nonzero().flatten().tolist()
+    dropped = len(set(inputs.group.tolist())) - len(set(inputs.group[keep].tolist()))
+    full = Credit(torch.zeros(B, T, dtype=torch.float64), torch.zeros(B, T, dtype=torch.float64),
+                  torch.zeros(B, dtype=torch.float64), [[0.0] * len(r) for r in inputs.reads], 0.0, dropped)
+    if not rows:
+        return full, None
+    kept = CreditInputs(inputs.rewards[rows], inputs.group[rows], inputs.response_mask[rows], [inputs.reads[i] for i in rows],
+                        None if inputs.read_names is None else [inputs.read_names[i] for i in rows], inputs.skill_values)
+    credit = assign(method_credit, kept, cfg)
+    full.advantages[rows] = credit.advantages.to(torch.float64)
+    full.weights[rows] = credit.weights.to(torch.float64)
+    full.adv_exec[rows] = credit.adv_exec.to(torch.float64)
+    for i, adv in zip(rows, credit.read_adv):
+        full.read_adv[i] = list(adv)
+    full.bc_coef, full.groups_filtered = credit.bc_coef, dropped + credit.groups_filtered
+    return full, kept

@@ -35,10 +35,13 @@ conditions on a body it wrote itself, whatever the tokenizer splits ``</read>`` 
 
 Dynamic sampling and filter parity
 ----------------------------------
-The assigner's dynamic-sampling filter (``skillgate``, ``utility``: prompt groups whose
-rewards all agree get zero weight) applies as is; TRL logs the count as
-``credit/groups_filtered``. A generation batch whose weights are all zero (every group
-filtered) takes no optimizer step, as in the kit's trainer: its micro-batches return a
+As in the kit's trainer, every method trains on the prompt groups dynamic sampling keeps
+(:func:`skillgate_lib.integrations.assign_kept`: groups whose rewards all agree are dropped
+before the credit; ``CreditConfig(filter_groups=False)`` keeps them); TRL logs the count as
+``credit/groups_filtered``. The kit refills a step's dropped groups with fresh draws;
+TRL's generation batch is fixed, so a TRL step trains on fewer groups instead, as the
+kit does when its draws run out. A generation batch whose weights are all zero (every
+group filtered) takes no optimizer step, as in the kit's trainer: its micro-batches return a
 zero loss without a forward pass, no gradient is written, and ``torch.optim`` skips
 parameters without a gradient, so weights, Adam moments and weight decay stay as they
 were (``credit/update_skipped`` logs it). TRL's learning-rate schedule still advances
@@ -99,10 +102,10 @@ from transformers import TrainerCallback
 from trl import GRPOTrainer
 
 from skillgate_lib import methods
-from skillgate_lib.credit import Credit, CreditConfig, CreditInputs, ReadSpan, SkillValues, assign
+from skillgate_lib.credit import Credit, CreditConfig, CreditInputs, ReadSpan, SkillValues, executed_read_names
 from skillgate_lib.env.episode import READ_CLOSE, READ_OPEN
 from skillgate_lib.env.names import display_name
-from skillgate_lib.integrations import ReadFormat, first_call_end, read_spans
+from skillgate_lib.integrations import ReadFormat, assign_kept, first_call_end, read_spans
 
 NAMES_COLUMN = "skill_names"
 CATEGORIES_COLUMN = "skill_categories"
@@ -262,9 +265,10 @@ class SkillGateGRPOTrainer(GRPOTrainer):
         rewards = self._outcome_rewards()
         group = torch.arange(len(rewards)) // num_generations
         credit_inputs = CreditInputs(rewards, group, response_mask, reads, names, self.skill_values)
-        credit = assign(self.credit_name, credit_inputs, self.credit_config)
-        if self.skill_values is not None and mode == "train":
-            self.skill_values.update(names, rewards)  # after assign: a batch's credit sees earlier batches only
+        credit, kept = assign_kept(self.credit_name, credit_inputs, self.credit_config)
+        if self.skill_values is not None and kept is not None and mode == "train":
+            # after assign: a batch's credit sees earlier batches only; values learn from the executed reads
+            self.skill_values.update(executed_read_names(kept), kept.rewards)
         update = bool(credit.weights.abs().sum() > 0)
         self._metrics[mode]["credit/groups_filtered"].append(float(credit.groups_filtered))
         self._metrics[mode]["credit/update_skipped"].append(float(not update))

@@ -43,12 +43,14 @@ one update per batch, as in the reference recipe); with ``k`` mini-batches each 
 optimises its share of the kit's loss, times ``k``. No custom policy loss is needed.
 ``returns`` equals ``advantages`` (as for verl's GRPO; GRPO trains no critic).
 
-Dynamic sampling. The ``skillgate`` assigner gives every token of a prompt group whose
-rewards all agree zero weight and takes both channels' means over the kept groups; ``N``
-still counts the whole batch, so the identity above holds unchanged. verl's own DAPO
-filter (``algorithm.filter_groups.enable=true``, ``metric=reward``) removes such groups
-and refills the batch before advantages are computed, which is what the reference's
-over-sampling does; with it on, the assigner's filter finds nothing to drop.
+Dynamic sampling. As in the kit's trainer, the estimators credit the prompt groups whose
+rewards differ (:func:`skillgate_lib.integrations.assign_kept`): a group whose rewards all
+agree gets zero weight and both channels' means run over the kept groups; ``N`` still
+counts the whole batch, so the identity above holds unchanged. verl's own DAPO filter
+(``algorithm.filter_groups.enable=true``, ``metric=reward``, as in
+``examples/verl/skillgate_grpo.sh``) removes such groups and refills the batch before
+advantages are computed, which is what the kit's and the reference's over-sampling do;
+with it on, the estimator finds nothing to drop.
 
 What the selector channel receives: ``index`` groups rollouts into prompt groups,
 outcome rewards are ``token_level_rewards.sum(-1)`` (verl puts the score on the last
@@ -69,8 +71,8 @@ import torch
 from verl.trainer.ppo.core_algos import register_adv_est
 
 from skillgate_lib import methods
-from skillgate_lib.credit import CreditConfig, CreditInputs, ReadSpan, SkillValues, assign
-from skillgate_lib.integrations import ReadFormat, read_spans
+from skillgate_lib.credit import CreditConfig, CreditInputs, ReadSpan, SkillValues, executed_read_names
+from skillgate_lib.integrations import ReadFormat, assign_kept, read_spans
 
 ESTIMATOR = "skillgate"
 """verl's name for SkillGate's estimator (the ``skillgate`` method of :data:`skillgate_lib.methods.METHODS`)."""
@@ -184,9 +186,9 @@ def _advantage(method: str, token_level_rewards: torch.Tensor, response_mask: to
     values = SKILL_VALUES if spec.needs_skill_values else None
     inputs = CreditInputs(rewards, torch.as_tensor(group, dtype=torch.long), mask, reads,
                           names if spec.needs_skill_values else None, values)
-    credit = assign(spec.credit, inputs, cfg)
-    if values is not None:
-        values.update(names, rewards)  # after assign: a batch's credit sees earlier batches only
+    credit, kept = assign_kept(spec.credit, inputs, cfg)
+    if values is not None and kept is not None:  # after assign: a batch's credit sees earlier batches only
+        values.update(executed_read_names(kept), kept.rewards)
     adv = (credit.advantages * credit.weights * int(mask.sum())).to(token_level_rewards.device, token_level_rewards.dtype)
     return adv, adv
 
