@@ -542,6 +542,7 @@ def test_the_trl_example_runs(tmp_path, monkeypatch):
     runpy.run_path(str(script), run_name="__main__")
     config = json.loads((out / "config.json").read_text())
     assert config["method"] == "skillgate" and config["credit"] == "skillgate" and config["versions"]["trl"]
+    assert config["regime"] == "easy" and config["step_failure"] == 0.0 and config["max_completion_length"] == 128
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [(r["step"], r["split"]) for r in rows] == [(1, "train"), (2, "train"), (2, "summary")]
     assert all("credit/groups_filtered" in r and "rewards/env_reward/mean" in r for r in rows[:2])

@@ -35,9 +35,8 @@ from accelerate import PartialState  # noqa: E402
 from peft import LoraConfig  # noqa: E402
 from trl import GRPOConfig  # noqa: E402
 
-from skillgate_lib import cli, logs, methods  # noqa: E402
+from skillgate_lib import cli, logs, methods, regimes  # noqa: E402
 from skillgate_lib.credit import CreditConfig  # noqa: E402
-from skillgate_lib.env import SkillSlateEnv  # noqa: E402
 from skillgate_lib.integrations.trl import (  # noqa: E402
     AUDIT_READ_PATTERN, MetricsJsonl, SkillGateGRPOTrainer, env_dataset, use_kit_chat_format, write_task_table,
 )
@@ -53,6 +52,8 @@ class Args:
     """tiny (the committed RL warm start), tiny-base, smollm2-135m, or a Hugging Face id / local path"""
     method: str = "skillgate"
     """a trainable method of skillgate_lib.methods without a supervised term (skillgate, utility, outcome, ...)"""
+    regime: str = "easy"
+    """environment preset of skillgate_lib.regimes.REGIMES (step failure, look-alike agreement, horizons)"""
     output_dir: str = "runs/trl_skillgate"
     """run directory"""
     n_tasks: int = 64
@@ -63,8 +64,8 @@ class Args:
     """rollouts per prompt (the GRPO group)"""
     per_device_train_batch_size: int = 8
     """completions per device per step (a multiple of num_generations)"""
-    max_completion_length: int = 192
-    """tokens per episode, policy and inserted bodies together"""
+    max_completion_length: int | None = None
+    """tokens per episode, policy and inserted bodies together (default: the regime's)"""
     learning_rate: float = 1e-3
     """LoRA learning rate (the smoke test's; 1e-6 for a real model)"""
     beta: float = 0.0
@@ -98,23 +99,25 @@ def audit_command(run_dir: Path) -> str:
 
 def main(argv: list[str] | None = None) -> SkillGateGRPOTrainer:
     args = parse(argv)
-    method = methods.get(args.method)
+    method, regime = methods.get(args.method), regimes.get(args.regime)
     seed_everything(args.seed)
     out = Path(args.output_dir)
     state = PartialState()
     model, tokenizer = load_policy(args.model)
     use_kit_chat_format(tokenizer)
-    dataset, reward = env_dataset(SkillSlateEnv(), args.n_tasks, seed=args.seed, tools=True)
+    dataset, reward = env_dataset(regime.env(show_slate=not method.skill_free), args.n_tasks, seed=args.seed, tools=True)
+    max_completion_length = args.max_completion_length or regime.max_new_tokens
     if state.is_main_process:
         out.mkdir(parents=True, exist_ok=True)
         (out / "metrics.jsonl").unlink(missing_ok=True)
         write_task_table(dataset, out / "tasks.jsonl")
         tokenizer.save_pretrained(out / "tokenizer")
-        config = {**asdict(args), "credit": method.credit, "engine": "trl", "versions": logs.package_versions()}
+        config = {**asdict(args), "max_completion_length": max_completion_length, "credit": method.credit,
+                  "skill_free": method.skill_free, **regime.knobs(), "engine": "trl", "versions": logs.package_versions()}
         (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     grpo = GRPOConfig(
         output_dir=str(out), max_steps=args.max_steps, num_generations=args.num_generations,
-        per_device_train_batch_size=args.per_device_train_batch_size, max_completion_length=args.max_completion_length,
+        per_device_train_batch_size=args.per_device_train_batch_size, max_completion_length=max_completion_length,
         learning_rate=args.learning_rate, beta=args.beta, temperature=args.temperature, loss_type="dapo",
         scale_rewards="group", logging_steps=1, log_completions=True, report_to=args.report_to, bf16=args.bf16,
         use_cpu=not torch.cuda.is_available(), save_strategy="no", seed=args.seed,
