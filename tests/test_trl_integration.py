@@ -330,6 +330,8 @@ def test_an_oracle_read_of_the_env_dataset_is_oracle():
     spans, names = read_spans(tok(text, add_special_tokens=False)["input_ids"], tok,
                               dict(zip(row["skill_names"], row["skill_categories"])))
     assert [s.category for s in spans] == ["oracle"] and names == [row["oracle"]]
+    skill_free = env_dataset(SkillSlateEnv(show_slate=False), n_tasks=1, seed=0)[0][0]
+    assert skill_free["skill_names"] == [] and "skills :" not in skill_free["prompt"]  # every read is off-slate
 
 
 class _EnvRecording(SkillGateGRPOTrainer):

@@ -429,7 +429,7 @@ def env_dataset(env: Any, n_tasks: int, seed: int = 0, tools: bool = False) -> t
 
     ``env`` is a :class:`skillgate_lib.env.SkillSlateEnv`. Columns: ``prompt``, ``task_id``,
     ``domain``, ``horizon``, ``oracle`` and the slate as ``skill_names`` / ``skill_categories``
-    (stored names). ``tools=False``: the prompt is text and the completion single-turn (the
+    (stored names; empty for a skill-free environment, which serves no read). ``tools=False``: the prompt is text and the completion single-turn (the
     policy never sees a body); ``tools=True``: the prompt is one user message, for TRL's tool
     loop with ``environment_factory=reward.environment`` and :func:`use_kit_chat_format`.
     Each task's slate is drawn from ``(task, seed)``, so a task drawn twice is the same row.
@@ -440,14 +440,15 @@ def env_dataset(env: Any, n_tasks: int, seed: int = 0, tools: bool = False) -> t
         tid = str(task.task_id)
         episodes[tid] = (task, slate)
         prompt = env.prompt(task, slate)
+        shown = slate.candidates if env.show_slate else ()  # skill-free: no read is served, none is on a slate
         rows.append({
             "prompt": [{"role": "user", "content": prompt}] if tools else prompt,
             "task_id": tid,
             "domain": str(getattr(task, "domain", "")),
             "horizon": int(getattr(task, "horizon", -1)),
             "oracle": slate.oracle,
-            NAMES_COLUMN: [c.name for c in slate.candidates],
-            CATEGORIES_COLUMN: [c.category for c in slate.candidates],
+            NAMES_COLUMN: [c.name for c in shown],
+            CATEGORIES_COLUMN: [c.category for c in shown],
         })
     return Dataset.from_list(rows), EnvReward(env, episodes)
 
