@@ -240,8 +240,10 @@ def main(argv: list[str] | None = None) -> int:
     if cfg.steps < 1:
         p.error(f"--steps must be >= 1 (timed steps after the warm-up), got {cfg.steps}")
     n_steps = cfg.steps + 1
+    # The same work as TRL's side: no KL term (beta=0) and every drawn group trained (no filter, hence one draw).
     train_cfg = train.TrainConfig(seed=cfg.seed, steps=n_steps, prompts_per_step=cfg.prompts, group_size=cfg.group,
-                                  lr=cfg.lr, max_new_tokens=cfg.new_tokens, threads=cfg.threads)
+                                  lr=cfg.lr, max_new_tokens=cfg.new_tokens, threads=cfg.threads, kl_coef=0.0,
+                                  filter_groups=False)
     # transformers' rename of gradient_checkpointing, hit by TRL's own config handling
     warnings.filterwarnings("ignore", category=FutureWarning, message=r".*gradient_checkpointing.*")
     train.seed_everything(cfg.seed)
