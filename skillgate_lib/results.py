@@ -7,9 +7,10 @@ trainer, so the figures and the table can be rebuilt on a machine that trains no
 (``make figures``, notebook 04).
 
 Each run reports two evaluations: its first, labelled ``sft`` (the warm start, since LoRA
-starts at zero), and its last, labelled with the run's method. A skill-free run has no
-``sft`` row: its step 0 is the warm start with no slate to read from, which is the start of
-its own curve and not the reference. :func:`reported_evals` is that rule, written once.
+starts at zero), and its last, labelled with the run's method. A skill-free run gives no
+``sft`` row: runs from before skill-free RL was evaluated on the slate evaluated their step 0
+without one (not the reference), and on the slate it repeats the other runs' ``sft`` row.
+:func:`reported_evals` is that rule, written once.
 """
 
 from __future__ import annotations
