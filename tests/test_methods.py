@@ -24,9 +24,10 @@ def test_a_registered_method_runs_through_compare_report_and_the_cli(registry, t
     # A spawned worker trains it: the registration travels with the run.
     final = compare.compare(["toy"], seeds=(0,), out_dir=tmp_path, workers=1, progress=False, model=str(tiny_model_dir),
                             steps=1, prompts_per_step=2, group_size=4, max_new_tokens=48, eval_tasks=8, eval_every=1)
-    assert json.loads((tmp_path / "toy-seed0" / "config.json").read_text())["method"] == "toy"
-    assert list(final["method"]) == ["toy"]  # skill-free (a field of the entry): no sft row
-    assert (final["eval/oracle_read"] == 0).all()  # no slate shown, so nothing read
+    config = json.loads((tmp_path / "toy-seed0" / "config.json").read_text())
+    assert (config["method"], config["credit"], config["skill_free"]) == ("toy", "outcome", True)
+    assert not train.make_env(cfg).show_slate  # skill-free (a field of the entry): trained without the slate
+    assert list(final["method"]) == ["toy"]  # and no sft row
     assert set(results.learning_curves(tmp_path)["method"]) == {"toy"}
 
     table = report.results_table(results.final_eval_trajectories(tmp_path))
