@@ -309,9 +309,9 @@ def token_credit(df: pd.DataFrame, title: str = "", per_line: int = 8) -> plt.Fi
     bar = fig.colorbar(plt.cm.ScalarMappable(Normalize(-vmax, vmax), cmap), cax=axes[-1], orientation="horizontal")
     bar.set_ticks([-vmax, 0, vmax], labels=["pushed down", "0", "pushed up"])
     bar.set_label("credit of the token: advantage × loss weight (one scale for both panels)")
-    axes[0].legend(handles=[Patch(facecolor="#e6e6e6", label="no loss (text the environment inserted; SkillGate: the read tags)"),
-                            Patch(facecolor="white", edgecolor="black", linewidth=2.2, label="skill name (selector tokens)")],
-                   loc="lower left", bbox_to_anchor=(0, 1.12), ncol=2, fontsize="small", handlelength=1.2)
+    keys = [Patch(facecolor="#e6e6e6", label="no loss (text the environment inserted; SkillGate: the read tags)"),
+            Patch(facecolor="white", edgecolor="black", linewidth=2.2, label="skill name (selector tokens)")]
+    axes[0].legend(handles=keys, loc="lower left", bbox_to_anchor=(0, 1.12), ncol=2, fontsize="small", handlelength=1.2)
     if title:
         fig.suptitle(title)
     return fig

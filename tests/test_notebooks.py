@@ -89,7 +89,8 @@ def test_opening_in_jupyterlab_changes_nothing(path, lab_metadata):
 def _strip_with_the_hook(text: str, tmp_path) -> str:
     """``text`` after the pre-commit hook of ``.pre-commit-config.yaml`` (nbstripout with its arguments)."""
     pytest.importorskip("nbstripout")
-    (hook,) = [h for repo in yaml.safe_load(HOOKS.read_text())["repos"] for h in repo["hooks"] if h["id"] == "nbstripout"]
+    repos = yaml.safe_load(HOOKS.read_text())["repos"]
+    (hook,) = [h for repo in repos for h in repo["hooks"] if h["id"] == "nbstripout"]
     command, *args = shlex.split(hook["entry"])
     assert command == "nbstripout"
     path = tmp_path / "notebook.ipynb"

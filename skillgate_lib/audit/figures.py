@@ -30,7 +30,7 @@ def figures(result: AuditResult) -> dict[str, tuple[Any, pd.DataFrame]]:
         ax.errorbar(b["h_mean"], 100 * b["share_median"], yerr=[100 * (b["share_median"] - b["share_q25"]),
                     100 * (b["share_q75"] - b["share_median"])], fmt="o", capsize=3, label="audited median (IQR)")
         if not cv.empty:
-            ax.plot(cv["horizon"], 100 * cv["share"], color=METHOD_COLORS["theory"], label="theory $k/L(H)$")
+            ax.plot(cv["horizon"], 100 * cv["share"], color=METHOD_COLORS["theory"], ls="--", label="theory $k/L(H)$")
         ax.set(xlabel=xlabel, ylabel="selector share of loss weight (%)",
                title=f"Share (dilution {result.dilution:.1f}x)")
         below(ax)
@@ -40,7 +40,7 @@ def figures(result: AuditResult) -> dict[str, tuple[Any, pd.DataFrame]]:
                          ("sign_zero", "$A = 0$")):
             ax.plot(b["h_mean"], b[col], "o-", label=lab)
         if not cv.empty:
-            ax.plot(cv["horizon"], cv["sign_error"], color=METHOD_COLORS["theory"], label="theory sign error")
+            ax.plot(cv["horizon"], cv["sign_error"], color=METHOD_COLORS["theory"], ls="--", label="theory sign error")
         ax.set(xlabel=xlabel, ylabel="fraction of read actions", title="Sign", ylim=(0, 1))
         below(ax)
 
@@ -48,7 +48,8 @@ def figures(result: AuditResult) -> dict[str, tuple[Any, pd.DataFrame]]:
         ax.errorbar(b["h_mean"], 100 * b["value"], yerr=[100 * (b["value"] - b["value_lo"]),
                     100 * (b["value_hi"] - b["value"])], fmt="o", capsize=3, label="audited (95% bootstrap CI)")
         if not cv.empty:
-            ax.plot(cv["horizon"], 100 * cv["value"], color=METHOD_COLORS["theory"], label=r"theory $q^H - s_{wrong}$")
+            ax.plot(cv["horizon"], 100 * cv["value"], color=METHOD_COLORS["theory"], ls="--",
+                    label=r"theory $q^H - s_{wrong}$")
         ax.axhline(0, color="0.5", lw=0.8)
         ov = result.overall
         title = (f"Value {100 * ov['value']:+.1f} pp [{100 * ov['value_lo']:+.1f}, {100 * ov['value_hi']:+.1f}]"
@@ -61,7 +62,7 @@ def figures(result: AuditResult) -> dict[str, tuple[Any, pd.DataFrame]]:
         ax.plot(b["h_mean"], b["misleading_read"], "o-", label="misleading read")
         ax.plot(b["h_mean"], b["success"], "o-", label="success")
         if not cv.empty:
-            ax.plot(cv["horizon"], cv["success"], color=METHOD_COLORS["theory"], label="theory success")
+            ax.plot(cv["horizon"], cv["success"], color=METHOD_COLORS["theory"], ls="--", label="theory success")
         ax2 = ax.twinx()
         ax2.plot(b["h_mean"], b["reads_per_trial"], "s--", color="0.4", label="reads / trial")
         ax2.set_ylabel("reads per trial")
