@@ -4,11 +4,13 @@ Every condition trains the same budget from the committed warm start in one regi
 same seeds, and is judged on the same held-out instances. Conditions (``--conditions``):
 
   outcome              outcome-only GRPO (dynamic sampling + refill, KL 3e-5: the reference protocol)
+  outcome_nofilter     the same without dynamic sampling (the control for skillgate_nofilter)
   skillgate            SkillGate as the reference defines it (lambda 0.2, active-read sharing, filter)
   skillgate_nofilter   the same without the all-equal-group filter (and no refill)
   tokenmean            lambda averaged over every name token, no filter (the kit's earlier SkillGate)
   lambda0.5/1/2        SkillGate at lambda 0.5, 1, 2
   selector_only        the selector channel alone (execution weight 0), lambda 1
+  selector_only_nofilter  the same without the filter
   selection_bc         the reference's supervised fine-tune of the oracle's read call (no RL)
 
 Usage::
@@ -32,6 +34,7 @@ import pandas as pd
 
 CONDITIONS: dict[str, tuple[str, dict]] = {
     "outcome": ("outcome", {}),
+    "outcome_nofilter": ("outcome", {"filter_groups": False}),
     "skillgate": ("skillgate", {}),
     "skillgate_nofilter": ("skillgate", {"filter_groups": False}),
     "tokenmean": ("skillgate_tokenmean", {"filter_groups": False}),
@@ -39,6 +42,7 @@ CONDITIONS: dict[str, tuple[str, dict]] = {
     "lambda1": ("skillgate", {"selector_coef": 1.0}),
     "lambda2": ("skillgate", {"selector_coef": 2.0}),
     "selector_only": ("selector_only", {"selector_coef": 1.0}),
+    "selector_only_nofilter": ("selector_only", {"selector_coef": 1.0, "filter_groups": False}),
     "selection_bc": ("selection_bc", {}),
 }
 MEASURES = ("eval/success", "eval/oracle_read", "eval/misleading_read", "eval/reads", "eval/last_oracle")

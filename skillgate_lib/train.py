@@ -32,7 +32,7 @@ import torch
 from tqdm.auto import tqdm
 
 from skillgate_lib import credit as credit_lib
-from skillgate_lib import logs, methods, paths, regimes
+from skillgate_lib import logs, methods, paths, regimes, tracking
 from skillgate_lib.batching import pack, response_logprobs
 from skillgate_lib.cli import add_fields, from_args
 from skillgate_lib.env import READ_CLOSE, READ_OPEN, SkillSlateEnv, display_name
@@ -115,6 +115,8 @@ class TrainConfig:
     """Atomic checkpoint (adapter, optimizer, step) every N steps."""
     threads: int = 2
     """torch CPU threads."""
+    report_to: tuple[str, ...] = ()
+    """Trackers beside metrics.jsonl: tensorboard, wandb (offline), trackio."""
     run_dir: str = ""
     """Output directory; default build/runs/<method>-seed<seed>."""
 
@@ -226,7 +228,7 @@ def _config_record(cfg: TrainConfig) -> dict:
 
 
 #: Settings a resumed run may change without changing its numbers.
-_RESUMABLE = {"threads", "run_dir", "steps"}  # a longer budget continues the same run
+_RESUMABLE = {"threads", "run_dir", "steps", "report_to"}  # a longer budget continues the same run
 
 
 def check_resume_config(run_dir: Path, cfg: TrainConfig) -> None:
@@ -429,7 +431,7 @@ def train(cfg: TrainConfig, progress: bool = True, resume: bool = False) -> pd.D
         raise FileExistsError(f"{run_dir}: already holds a run; pass --resume to continue it or choose another --run-dir")
     if resume and (run_dir / "config.json").exists():
         check_resume_config(run_dir, cfg)
-    writer = logs.RunWriter(run_dir)
+    writer = tracking.TrackedRunWriter(run_dir, cfg.report_to, _config_record(cfg))
     if resume:
         writer.remove_partial_writes()
     env, eval_env = make_env(cfg), make_env(cfg, train=False)

@@ -70,6 +70,8 @@ class WarmStartConfig:
     """Loss weight of the read's variant token (the cue copy) relative to every other token."""
     constant_lr: bool = False
     """Keep the peak lr after the warm-up instead of the cosine decay."""
+    horizons: tuple[int, ...] = tuple(range(1, 9))
+    """Task horizons of the demonstrations (uniform); e.g. 1..16 for the long-episode regime."""
     seed: int = 0
     """Seed of the model init and the demonstration stream."""
     threads: int = 2
@@ -159,7 +161,7 @@ def warmstart(cfg: WarmStartConfig, env: SkillSlateEnv | None = None, progress: 
 
     torch.set_num_threads(cfg.threads)
     seed_everything(cfg.seed)
-    env = env or SkillSlateEnv()
+    env = env or SkillSlateEnv(horizons=cfg.horizons)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     if cfg.init:
