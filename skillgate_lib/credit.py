@@ -37,17 +37,24 @@ assigner                 credit                                                 
                          zero-advantage reads included, and no group is filtered
 ``utility``              Skill1-style utility credit: as ``skillgate``, with ``x_j`` the         yes
                          running-average outcome of the skill read ``j`` names
-                         (:class:`SkillValues`, values from *before* this batch)
+                         (:class:`SkillValues`, values from *before* this batch, a neutral
+                         prior for unseen skills); only the executed (last served) read of
+                         a trajectory is credited and centred
+``selector_only``        ablation: ``skillgate``'s selector channel alone (execution weight 0)   yes
 ``masked_exec``          the execution channel alone (ablation: the read call gets no credit)    no
 ``shaped``               broadcast GRPO on ``R_i + bonus * 1[trajectory read the oracle]``       no
-``selection_bc``         the execution channel, plus a supervised cross-entropy on the           no
-                         oracle's name with coefficient ``lambda`` (the trainer builds that
-                         term; the assigner sets ``bc_coef``)
+``selection_bc``         the ``selection_bc_rl`` ablation: the execution channel, plus a         no
+                         supervised cross-entropy on the oracle's name with coefficient
+                         ``lambda`` (the trainer builds that term; the assigner sets
+                         ``bc_coef``). The method ``selection_bc`` itself is the reference's
+                         supervised fine-tune (:func:`skillgate_lib.train.sft_step`), no RL
 =======================  ======================================================================  ========
 
-The dynamic-sampling filter belongs to the SkillGate recipe (and to ``utility``, so that
-it differs from ``skillgate`` in the selector signal alone); the other baselines keep
-every group, as they always have in the kit.
+The "filtered" column is the assigner's own filter (``CreditConfig.filter_groups``; off
+for the ``*_nofilter`` ablations). The trainer applies the reference's dynamic sampling to
+*every* RL arm before any assigner runs (:func:`skillgate_lib.train.sample_batch`: groups
+whose rewards agree are dropped and fresh prompts drawn), so with the default protocol no
+assigner sees an all-equal group.
 
 One module on purpose (over 400 lines): every assigner beside the channel helpers it
 shares and the table above, so their formulas are read and compared in one place.

@@ -171,3 +171,19 @@ def test_selection_bc_is_a_supervised_finetune_of_the_whole_read_call(tmp_path):
     after = dict(model.named_parameters())
     assert any(not torch.equal(before[n], after[n]) for n in before if "lora_B" in n)
     assert all(torch.equal(before[n], after[n]) for n in before if "lora_" not in n)
+
+
+def test_probe_audits_the_warm_starts_outcome_rollouts_in_a_regime(tmp_path):
+    from skillgate_lib import logs
+
+    regime = regimes.get("paper")
+    result = regimes.probe(regime, tmp_path / "probe", n_groups=4, group_size=4, threads=1, chunk=2)
+    config = logs.read_config(tmp_path / "probe")
+    assert config["regime"] == "paper" and config["lookalike_agreement"] == regime.lookalike_agreement
+    assert result.n_rows == 16
+    summary = regimes.probe_summary(result)
+    assert summary["n"] == 16 and 0.0 < summary["share_median_long"] <= summary["share_median_short"] < 1.0
+    with pytest.raises(FileExistsError, match="already holds a probe"):
+        regimes.probe(regime, tmp_path / "probe", n_groups=1, group_size=2)
+    with pytest.raises(ValueError, match="unknown regime 'x'; choose one of: easy, noisy, paper"):
+        regimes.get("x")
