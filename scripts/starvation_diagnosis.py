@@ -111,6 +111,16 @@ def summary(out: Path, seed: int = 0) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def curves(out: Path, measure: str = "eval/oracle_read") -> pd.DataFrame:
+    """Mean ``measure`` over seeds at every evaluation step, one column per condition (how fast each learns)."""
+    rows = []
+    for run_dir in sorted(out.glob("*/*/metrics.jsonl")):
+        for x in map(json.loads, run_dir.read_text().splitlines()):
+            if x["split"] == "eval":
+                rows.append({"condition": run_dir.parent.parent.name, "step": x["step"], measure: x[measure]})
+    return pd.DataFrame(rows).pivot_table(index="step", columns="condition", values=measure, aggfunc="mean")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=Path("build/runs/diagnosis"))
@@ -130,6 +140,9 @@ def main() -> None:
     table = summary(a.out)
     table.to_csv(a.out / "summary.csv", index=False)
     print(table.to_markdown(index=False))
+    oracle = curves(a.out)
+    oracle.to_csv(a.out / "oracle_read_curves.csv")
+    print("\nheld-out oracle-read by step (mean over seeds):\n" + (100 * oracle).round(1).to_markdown())
 
 
 if __name__ == "__main__":

@@ -353,8 +353,8 @@ def grpo_step(model, tokenizer, env: SkillSlateEnv, opt, params, cfg: TrainConfi
               step: int, skill_values=None):
     """One GRPO step: roll out (with dynamic sampling), assign credit, clipped policy-gradient update(s).
 
-    Returns ``(episodes trained on, credit, selector share (B,), metrics row, episodes filtered
-    out)``; the credit and share are ``None`` when every drawn group was filtered (no optimizer
+    Returns ``(episodes trained on, credit, selector share (B,), metrics row, episodes of the
+    groups filtered out)``; the credit and share are ``None`` when every drawn group was filtered (no optimizer
     step then, nor when the credit's weights are all zero). Every draw comes from generators seeded with
     ``(cfg.seed, step)``. ``skill_values`` (the ``utility`` assigner's running per-skill
     averages) is read before and updated after the credit of this batch.
@@ -362,8 +362,9 @@ def grpo_step(model, tokenizer, env: SkillSlateEnv, opt, params, cfg: TrainConfi
     t0 = time.perf_counter()
     episodes, drawn, stats = sample_batch(model, tokenizer, env, cfg, step)
     first = [e for e in drawn if e.group < cfg.prompts_per_step]
-    kept = {e.group for e in episodes}
-    dropped = [e for e in drawn if e.group not in kept]
+    trained, mixed = {e.group for e in episodes}, _mixed(drawn)
+    # the filtered groups (surplus mixed groups of the last draw are neither trained on nor logged)
+    dropped = [e for e in drawn if e.group not in trained and not mixed[e.group]]
     cr = share = None
     update = {"loss": 0.0, "kl": 0.0, "grad_norm": 0.0}
     updated = False
@@ -471,8 +472,7 @@ def train(cfg: TrainConfig, progress: bool = True, resume: bool = False) -> pd.D
         if (step + 1) % cfg.log_train_every == 0 and (episodes or dropped):
             # every rollout drawn: the kept groups with the credit they got, the filtered ones with none
             rows = episode_rows(episodes, step + 1, "train", cfg.credit, cr, share) if cr is not None else []
-            rows += episode_rows(dropped, step + 1, "train", cfg.credit, filtered_credit(dropped),
-                                 torch.zeros(len(dropped)))
+            rows += episode_rows(dropped, step + 1, "train", cfg.credit, filtered_credit(dropped))  # Share: k / L
             writer.write_trajectories(rows, step=step + 1, split="train")
             if episodes:
                 writer.log_sample(group_sample(episodes, tokenizer, step + 1, group=episodes[0].group))

@@ -187,3 +187,22 @@ def test_probe_audits_the_warm_starts_outcome_rollouts_in_a_regime(tmp_path):
         regimes.probe(regime, tmp_path / "probe", n_groups=1, group_size=2)
     with pytest.raises(ValueError, match="unknown regime 'x'; choose one of: easy, noisy, paper"):
         regimes.get("x")
+
+
+@pytest.mark.parametrize("filter_groups", [True, False])
+def test_the_trajectory_log_holds_every_trained_and_every_filtered_group_once(filter_groups, tmp_path):
+    from skillgate_lib import logs
+
+    cfg = _cfg(tmp_path, method="outcome", steps=2, log_train_every=1, eval_every=2, filter_groups=filter_groups)
+    metrics = train.train(cfg, progress=False)
+    table = logs.read_run(tmp_path / "run", split="train")
+    rows = metrics.query("split == 'train'").set_index("step")
+    for step, sub in table.groupby("step"):
+        sizes = sub.groupby("group_id").size()
+        assert (sizes == cfg.group_size).all(), "a group logged twice or in part"
+        agree = sub.groupby("group_id")["reward"].agg(lambda r: r.max() == r.min())
+        trained = agree.index[~agree] if filter_groups else agree.index
+        assert len(trained) == rows.loc[step, "groups/kept"]
+        assert (sub[sub["group_id"].isin(agree.index[agree])]["adv_exec"] == 0).all()
+        if filter_groups:  # the all-equal groups drawn are logged, with no credit; surplus mixed groups are not
+            assert (~agree).sum() == rows.loc[step, "groups/kept"] and agree.sum() <= rows.loc[step, "groups/filtered"]
