@@ -6,6 +6,7 @@ import argparse
 import ast
 import dataclasses
 import inspect
+import re
 
 
 def field_docs(cls) -> dict[str, str]:
@@ -28,8 +29,9 @@ def add_fields(parser: argparse.ArgumentParser, cls) -> None:
         helptext = f"{docs.get(f.name, '')} (default: {default})".replace("%", "%%")  # argparse formats help with %
         if isinstance(default, bool):
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=helptext)
-        elif isinstance(default, tuple):
-            kind = type(default[0]) if default else str
+        elif isinstance(default, tuple):  # the element type of ``tuple[X, ...]``, else the default's
+            named = re.match(r"tuple\[(int|float|str)\b", str(f.type))
+            kind = {"int": int, "float": float, "str": str}[named.group(1)] if named else type(default[0]) if default else str
             parser.add_argument(flag, nargs="+", type=kind, default=default, help=helptext)
         elif default is None:  # ``X | None``: the type named first in the annotation
             kind = {"int": int, "float": float, "str": str}[str(f.type).split("|")[0].strip()]

@@ -81,6 +81,8 @@ class ReadSpan:
     name_end: int
     call_start: int
     call_end: int
+    served: bool = True
+    """Whether the environment inserted the body (False past ``max_reads`` or off the slate)."""
 
     def __post_init__(self) -> None:
         if not (0 <= self.call_start <= self.name_start < self.name_end <= self.call_end):
@@ -377,8 +379,8 @@ def utility_advantages(inputs: CreditInputs) -> list[list[float]]:
 
 
 def executed_read(spans: Sequence[ReadSpan]) -> int | None:
-    """Index of the read whose body execution follows (the last one on the slate), or None."""
-    served = [j for j, r in enumerate(spans) if r.category != "invalid"]
+    """Index of the read whose body execution follows (the last one whose body was served), or None."""
+    served = [j for j, r in enumerate(spans) if r.served and r.category != "invalid"]
     return served[-1] if served else None
 
 
@@ -450,9 +452,10 @@ def skillgate(inputs: CreditInputs, cfg: CreditConfig) -> Credit:
        so here every token of a filtered group gets weight 0 and both channels' means
        (and the active-read count) run over the kept groups.
 
-    Where the kit differs: the reference refills a filtered batch with freshly sampled
-    groups (over-sampling) and an assigner cannot, so the kit updates on the smaller
-    kept batch; the reference's ``A_i`` uses ``std + 1e-6``, the kit ``std + cfg.eps``.
+    The refill of a filtered batch with freshly sampled groups (over-sampling) is the
+    trainer's (:func:`skillgate_lib.train.sample_batch`), so with the default protocol this
+    filter finds nothing left to drop. Where the kit differs: the reference's ``A_i`` uses
+    ``std + 1e-6``, the kit ``std + cfg.eps``.
     """
     return _reference_two_channels(inputs, cfg, selector_advantages(inputs))
 

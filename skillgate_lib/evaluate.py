@@ -126,7 +126,9 @@ def evaluate_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--adapter", type=Path, help="a training run directory: evaluate its final LoRA adapter")
     parser.add_argument("--tasks", type=int, default=400, help="held-out instances (default: 400)")
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature; 0 = greedy (default: 1)")
-    parser.add_argument("--step-failure", type=float, default=0.0, help="injected per-step failure (default: 0)")
+    parser.add_argument("--regime", help="environment preset of skillgate_lib.regimes (default: the run's with "
+                        "--adapter, else easy)")
+    parser.add_argument("--step-failure", type=float, help="injected per-step failure (default: the regime's)")
     parser.add_argument("--domains", nargs="+", help="evaluate on these domains only")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default: 2)")
     parser.add_argument("--json", action="store_true", help="print every measure as one JSON object")
@@ -134,16 +136,26 @@ def evaluate_main(argv: list[str] | None = None) -> int:
     if args.tasks < 1:
         parser.error(f"--tasks must be >= 1, got {args.tasks}")
     torch.set_num_threads(args.threads)
+    from . import regimes
+
+    config: dict = {}
     if args.adapter is not None:
-        model, tokenizer, _ = load_adapter(args.adapter, args.model)
+        model, tokenizer, config = load_adapter(args.adapter, args.model)
         label = f"{args.adapter} (adapter)"
     else:
         from .models import load_policy
 
         model, tokenizer = load_policy(args.model or "tiny")
         label = args.model or "tiny"
-    env = SkillSlateEnv(step_failure=args.step_failure)
-    summary = summarize(evaluate(model, tokenizer, env, args.tasks, temperature=args.temperature, domains=args.domains))
+    # the run's own environment knobs unless the command line names others
+    knobs = regimes.get(args.regime).knobs() if args.regime else {
+        **regimes.get("easy").knobs(), **{k: config[k] for k in regimes.get("easy").knobs() if config.get(k) is not None}}
+    if args.step_failure is not None:
+        knobs["step_failure"] = args.step_failure
+    env = SkillSlateEnv(step_failure=knobs["step_failure"], lookalike_agreement=knobs["lookalike_agreement"],
+                        horizons=knobs["horizons"])
+    summary = summarize(evaluate(model, tokenizer, env, args.tasks, knobs["max_new_tokens"],
+                                 temperature=args.temperature, domains=args.domains))
     if args.json:
         print(json.dumps(summary, indent=1))
         return 0

@@ -94,7 +94,9 @@ def probe(regime: Regime, out_dir: str | Path, model: str = "tiny", n_groups: in
     Samples ``n_groups`` training prompts x ``group_size`` rollouts from ``model`` (no update),
     assigns the ``outcome`` credit, writes a kit run directory at ``out_dir`` (``config.json``
     with the regime's knobs, ``trajectories/``) and returns its
-    :class:`~skillgate_lib.audit.AuditResult` (Share, Sign, Value by horizon).
+    :class:`~skillgate_lib.audit.AuditResult` (Share, Sign, Value by horizon). The rollouts
+    are drawn ``chunk`` groups at a time from one generator, so they depend on ``chunk``
+    (recorded in ``config.json``).
     """
     from . import credit as credit_lib
     from . import logs
@@ -115,7 +117,8 @@ def probe(regime: Regime, out_dir: str | Path, model: str = "tiny", n_groups: in
     writer = logs.RunWriter(out_dir)
     writer.write_config({"kind": "probe", "regime": regime.name, **regime.knobs(), "model": model,
                          "model_fingerprint": model_fingerprint(model), "credit": "outcome", "seed": seed,
-                         "n_groups": n_groups, "group_size": group_size, "versions": logs.package_versions()})
+                         "n_groups": n_groups, "group_size": group_size, "chunk": chunk,
+                         "versions": logs.package_versions()})
     tasks = env.sample_tasks(n_groups, split="train", seed=stream_seed(seed, 0, 2))
     gen = torch.Generator().manual_seed(stream_seed(seed, 0, 4))
     chunks = range(0, n_groups, chunk)

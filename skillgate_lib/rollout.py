@@ -74,7 +74,7 @@ def annotate(episode: Episode, env: SkillSlateEnv, tokenizer, rng=None) -> None:
         (ns, ne), (cs, ce) = token_spans(tokenizer, episode.text, [(read.char_start, read.char_end), call])
         ne, ce = min(ne, len(episode.response_ids)), min(ce, len(episode.response_ids))
         if ns < ne:
-            spans.append(ReadSpan(read.category, ns, ne, min(cs, ns), max(ce, ne)))
+            spans.append(ReadSpan(read.category, ns, ne, min(cs, ns), max(ce, ne), served=read.served))
             names.append(read.name)
     episode.read_spans, episode.read_names = spans, names
 

@@ -35,7 +35,7 @@ from skillgate_lib import credit as credit_lib
 from skillgate_lib import logs, methods, paths, regimes, tracking
 from skillgate_lib.batching import pack, response_logprobs
 from skillgate_lib.cli import add_fields, from_args
-from skillgate_lib.env import READ_CLOSE, READ_OPEN, SkillSlateEnv, display_name
+from skillgate_lib.env import READ_CLOSE, READ_OPEN, SkillSlateEnv, display_name, token_spans
 from skillgate_lib.evaluate import EVAL_SEED, evaluate, summarize
 from skillgate_lib.models import load_policy, model_fingerprint
 from skillgate_lib.records import credit_inputs, episode_rows, group_sample
@@ -192,11 +192,13 @@ def selection_ce(model, tokenizer, env: SkillSlateEnv, pairs, whole_call: bool =
     """
     teachers = []
     for g, (task, slate) in enumerate(pairs):
-        call = f"{READ_OPEN} {display_name(slate.oracle)} {READ_CLOSE}"
+        name = display_name(slate.oracle)
+        call = f"{READ_OPEN} {name} {READ_CLOSE}"
         prompt = tokenizer(env.prompt(task, slate), add_special_tokens=False)["input_ids"]
         ids = tokenizer(call, add_special_tokens=False)["input_ids"]
-        n_name = len(tokenizer(display_name(slate.oracle), add_special_tokens=False)["input_ids"])
-        mask = [True] * len(ids) if whole_call else [False] * (len(ids) - n_name - 1) + [True] * n_name + [False]
+        # the name's tokens found by their characters, as the rollout annotates reads (any tokenizer)
+        (ns, ne), = token_spans(tokenizer, call, [(len(READ_OPEN) + 1, len(READ_OPEN) + 1 + len(name))])
+        mask = [whole_call or ns <= t < ne for t in range(len(ids))]
         teachers.append(Episode(task, slate, g, prompt, response_ids=list(ids), policy_mask=mask))
     batch = pack(teachers, tokenizer.pad_token_id)
     logp = response_logprobs(model, batch)
@@ -229,12 +231,20 @@ def _config_record(cfg: TrainConfig) -> dict:
 
 #: Settings a resumed run may change without changing its numbers.
 _RESUMABLE = {"threads", "run_dir", "steps", "report_to"}  # a longer budget continues the same run
+#: What a run recorded before a field existed did as that field's value says here: a run whose
+#: config.json lacks the field is compared against it (it trained without dynamic sampling, in
+#: the environment now called ``easy``), so it never resumes under another protocol.
+_BEFORE_FIELD = {"filter_groups": False, "max_draws": 1, "regime": "easy", "lookalike_agreement": 0.0,
+                 "horizons": list(range(1, 9)), "method": None}
 
 
 def check_resume_config(run_dir: Path, cfg: TrainConfig) -> None:
     """Refuse to resume (or reuse) a run with other settings or model weights, naming every differing field."""
     old = logs.read_config(run_dir)
     new = _config_record(cfg)
+    old = {**{k: v for k, v in _BEFORE_FIELD.items() if k not in old}, **old}
+    if old.get("method") is None:
+        old["method"] = methods.of_config(old)
     diff = {k: (old.get(k), new[k]) for k in new if k not in _RESUMABLE and k in old and old.get(k) != new[k]}
     if diff:
         fields = ", ".join(f"{k}: {a!r} in the run, {b!r} now" for k, (a, b) in diff.items())
@@ -283,15 +293,17 @@ def sample_batch(model, tokenizer, env: SkillSlateEnv, cfg: TrainConfig,
     reference's dynamic sampling, every RL arm): draws of ``prompts_per_step`` fresh
     prompts, at most ``max_draws`` of them, until ``prompts_per_step`` groups whose rewards
     differ are in hand; groups whose rewards all agree are dropped, and the step trains on
-    the kept groups (fewer when the draws run out). The counts also say how much selector
-    signal the filter threw away: SkillGate-active reads (``u - mean u != 0``) in dropped groups.
+    the kept groups (fewer when the draws run out). Counts: ``groups/filtered`` (all rewards
+    equal), ``groups/surplus`` (mixed groups of the last draw beyond ``prompts_per_step``, not
+    trained on), and how much selector signal the filter threw away: SkillGate-active reads
+    (``u - mean u != 0``) in filtered groups.
     The first draw (groups ``< prompts_per_step``) is an unfiltered sample of the policy: the
     training metrics describe it.
     """
     kept: list[Episode] = []
     drawn: list[Episode] = []
-    stats = {"groups/sampled": 0, "groups/kept": 0, "groups/filtered": 0, "reads/selector_active": 0,
-             "reads/selector_active_filtered": 0, "time/generate_s": 0.0}
+    stats = {"groups/sampled": 0, "groups/kept": 0, "groups/filtered": 0, "groups/surplus": 0,
+             "reads/selector_active": 0, "reads/selector_active_filtered": 0, "time/generate_s": 0.0}
     for draw in range(cfg.max_draws if cfg.filter_groups else 1):
         t0 = time.perf_counter()
         gen = torch.Generator().manual_seed(stream_seed(cfg.seed, step, 4, *((draw,) if draw else ())))
@@ -304,18 +316,19 @@ def sample_batch(model, tokenizer, env: SkillSlateEnv, cfg: TrainConfig,
         for e, adv in zip(episodes, sel):
             active = sum(a != 0.0 for a in adv)
             stats["reads/selector_active"] += active
-            stats["reads/selector_active_filtered"] += active if not mixed[e.group] else 0
+            stats["reads/selector_active_filtered"] += active if cfg.filter_groups and not mixed[e.group] else 0
         stats["groups/sampled"] += len(mixed)
         if not cfg.filter_groups:
             stats["groups/kept"] = len(mixed)
             return episodes, drawn, stats
         room = cfg.prompts_per_step - stats["groups/kept"]
         keep = [g for g in sorted(mixed) if mixed[g]][:room]
+        stats["groups/surplus"] += sum(mixed.values()) - len(keep)
         stats["groups/kept"] += len(keep)
         kept += [e for e in episodes if e.group in set(keep)]
         if stats["groups/kept"] >= cfg.prompts_per_step:
             break
-    stats["groups/filtered"] = stats["groups/sampled"] - stats["groups/kept"]
+    stats["groups/filtered"] = stats["groups/sampled"] - stats["groups/kept"] - stats["groups/surplus"]
     return kept, drawn, stats
 
 
@@ -372,8 +385,9 @@ def grpo_step(model, tokenizer, env: SkillSlateEnv, opt, params, cfg: TrainConfi
         batch = pack(episodes, tokenizer.pad_token_id)
         inputs = credit_inputs(episodes, batch, skill_values)
         cr = credit_lib.assign(cfg.credit, inputs, ccfg)
-        if skill_values is not None:
-            skill_values.update(credit_lib.executed_read_names(inputs), inputs.rewards.tolist())
+        if skill_values is not None:  # every rollout drawn is an observation of the skill it executed
+            seen = credit_inputs(drawn, pack(drawn, tokenizer.pad_token_id))
+            skill_values.update(credit_lib.executed_read_names(seen), seen.rewards.tolist())
         updated = bool(cr.weights.abs().sum() > 0) or cr.bc_coef > 0
         if updated:
             bc = (lambda: _bc_loss(model, tokenizer, env, episodes)) if cr.bc_coef > 0 else None

@@ -47,9 +47,12 @@ def test_every_rl_arm_filters_all_equal_groups_and_refills(method, tmp_path):
         assert len(groups) == row["groups/kept"] <= cfg.prompts_per_step
         assert row["groups/sampled"] % cfg.prompts_per_step == 0
         draws = row["groups/sampled"] // cfg.prompts_per_step
-        # it stops drawing as soon as the batch is full, and draws every round when it is not
+        # it draws every round when the batch is not full, and stops as soon as it is
         assert draws == cfg.max_draws if row["groups/kept"] < cfg.prompts_per_step else 1 <= draws <= cfg.max_draws
-        assert row["groups/filtered"] == row["groups/sampled"] - row["groups/kept"]
+        if step == 0 and row["groups/kept"] == cfg.prompts_per_step and draws > 1:
+            short = train.TrainConfig(**{**vars(cfg), "max_draws": draws - 1})
+            assert train.sample_batch(model, tokenizer, env, short, step)[2]["groups/kept"] < cfg.prompts_per_step
+        assert row["groups/filtered"] + row["groups/surplus"] == row["groups/sampled"] - row["groups/kept"]
         if cr is not None:  # nothing left to filter inside the assigner
             assert cr.groups_filtered == 0
 
@@ -58,13 +61,15 @@ def test_without_the_filter_one_draw_is_trained_as_drawn(warm, tmp_path):
     base, tokenizer = warm
     cfg = _cfg(tmp_path, method="outcome", filter_groups=False)
     episodes, drawn, stats = train.sample_batch(base, tokenizer, train.make_env(cfg), cfg, step=0)
-    assert episodes is drawn and len(episodes) == cfg.prompts_per_step * cfg.group_size
+    assert episodes == drawn and len(episodes) == cfg.prompts_per_step * cfg.group_size
     assert stats["groups/sampled"] == stats["groups/kept"] == cfg.prompts_per_step
 
 
 def test_selector_weights_land_on_the_log_probs_of_the_sampled_name_tokens(warm):
     """The selector channel's weight sits on the positions whose log-probabilities are those of the
-    name words the policy sampled. Shifting the spans by one position breaks both checks."""
+    name words the policy sampled: the spans hold exactly the name's token ids (shifted by one
+    position they do not), and the update's log-prob at a position is that of the sampled token
+    given everything before it (a full forward's)."""
     base, tokenizer = warm
     env = SkillSlateEnv()
     cfg = train.TrainConfig(model="tiny", prompts_per_step=4, group_size=4, run_dir="unused")
@@ -154,15 +159,19 @@ def test_selection_bc_is_a_supervised_finetune_of_the_whole_read_call(tmp_path):
     real_pack = train.pack
 
     def spy(episodes, pad):
-        seen["masks"] = [sum(e.policy_mask) for e in episodes]
+        seen["targets"] = [[t for t, m in zip(e.response_ids, e.policy_mask) if m] for e in episodes]
         return real_pack(episodes, pad)
+
+    def ids(text):
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
 
     train.pack = spy
     try:
         train.selection_ce(model, tokenizer, env, [(task, slate)], whole_call=True)
-        assert seen["masks"] == [n_call]  # opener, name words, closer
+        assert seen["targets"] == [ids(f"<read> {display_name(slate.oracle)} </read>")]  # opener, name, closer
+        assert len(seen["targets"][0]) == n_call
         train.selection_ce(model, tokenizer, env, [(task, slate)])
-        assert seen["masks"] == [n_call - 2]  # the ablation's term: the name words only
+        assert seen["targets"] == [ids(display_name(slate.oracle))]  # the ablation's term: the name words only
     finally:
         train.pack = real_pack
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
@@ -205,4 +214,16 @@ def test_the_trajectory_log_holds_every_trained_and_every_filtered_group_once(fi
         assert len(trained) == rows.loc[step, "groups/kept"]
         assert (sub[sub["group_id"].isin(agree.index[agree])]["adv_exec"] == 0).all()
         if filter_groups:  # the all-equal groups drawn are logged, with no credit; surplus mixed groups are not
-            assert (~agree).sum() == rows.loc[step, "groups/kept"] and agree.sum() <= rows.loc[step, "groups/filtered"]
+            assert (~agree).sum() == rows.loc[step, "groups/kept"] and agree.sum() == rows.loc[step, "groups/filtered"]
+
+
+def test_a_resumed_run_with_dynamic_sampling_draws_what_the_uninterrupted_run_drew(tmp_path):
+    over = dict(method="utility", regime="paper", steps=3, log_train_every=1, eval_every=3, checkpoint_every=1)
+    full = train.train(_cfg(tmp_path / "a", **over), progress=False)
+    train.train(_cfg(tmp_path / "b", **{**over, "steps": 2}), progress=False)
+    resumed = train.train(_cfg(tmp_path / "b", **over), progress=False, resume=True)
+    cols = [c for c in full.columns if not c.startswith("time/")]
+    a = full.query("split == 'train'")[cols].reset_index(drop=True)
+    b = resumed.query("split == 'train'")[cols].reset_index(drop=True)
+    assert (a["groups/sampled"] > a["groups/kept"]).any(), "no step filtered anything: the test shows nothing"
+    assert a.equals(b)
