@@ -20,7 +20,8 @@ Usage::
 
 Runs resume; the table (mean and 95 % bootstrap interval over seeds of the final held-out
 success / oracle-read / reads per trial, and the paired difference to outcome) is written to
-``OUT/summary.csv`` and printed as Markdown.
+``OUT/summary.csv`` and printed as Markdown, with every run's final numbers in
+``OUT/final_table.csv`` and the mean held-out oracle-read by step in ``OUT/oracle_read_curves.csv``.
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ def summary(out: Path, seed: int = 0) -> pd.DataFrame:
             lo, hi = _boot(paired, rng)
             r["oracle_read - outcome (pp)"] = f"{100 * paired.mean():+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]"
         r["kept groups"] = f"{100 * sub['kept_frac'].mean():.0f} %"
-        r["active reads filtered"] = f"{100 * sub['active_reads_filtered_frac'].mean():.0f} %"
+        r["active reads in all-equal groups"] = f"{100 * sub['active_reads_filtered_frac'].mean():.0f} %"
         rows.append(r)
     return pd.DataFrame(rows)
 
@@ -137,6 +138,7 @@ def main() -> None:
     if not a.summary:
         run(a.out, a.conditions, a.seeds, a.workers, regime=a.regime, steps=a.steps, prompts_per_step=a.prompts_per_step,
             lr=a.lr, eval_tasks=a.eval_tasks, eval_every=10, log_train_every=1)
+    final_table(a.out).to_csv(a.out / "final_table.csv", index=False)
     table = summary(a.out)
     table.to_csv(a.out / "summary.csv", index=False)
     print(table.to_markdown(index=False))
