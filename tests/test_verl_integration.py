@@ -147,7 +147,7 @@ def test_reward_side_annotation_round_trips():
     ids = tok("step <read> alpha-sort </read> <read> beta-merge </read> step </s>", add_special_tokens=False)["input_ids"]
     info = {"skill_names": ["alpha-sort", "gamma-plot"], "skill_categories": ["oracle", "relevant"]}
     extra = sg.annotate(ids, tok, info)
-    assert sg.decode_reads(extra[sg.READS_KEY]) == [ReadSpan("oracle", 2, 3, 1, 4), ReadSpan("invalid", 5, 6, 4, 7)]
+    assert sg.decode_reads(extra[sg.READS_KEY]) == [ReadSpan("oracle", 2, 3, 1, 4), ReadSpan("invalid", 5, 6, 4, 7, served=False)]
     with pytest.raises(KeyError, match="skill_names"):
         sg.annotate(ids, tok, {})
 

@@ -118,7 +118,7 @@ def first_call_end(token_ids: Sequence[int], tokenizer, fmt: ReadFormat = ReadFo
 
 
 def read_spans(token_ids: Sequence[int], tokenizer, categories: Mapping[str, str],
-               fmt: ReadFormat = ReadFormat()) -> tuple[list[ReadSpan], list[str]]:
+               fmt: ReadFormat = ReadFormat(), max_reads: int = 4) -> tuple[list[ReadSpan], list[str]]:
     """:func:`find_reads` with each read's slate category (``"invalid"`` when not on the slate).
 
     ``categories`` maps skill name -> ``oracle`` / ``misleading`` / ``relevant`` /
@@ -126,12 +126,15 @@ def read_spans(token_ids: Sequence[int], tokenizer, categories: Mapping[str, str
     of the words ``ledger negate ruby`` names ``skill_name("ledger negate ruby")``, exactly
     as the kit's environment matches it. Returns the kit's
     :class:`~skillgate_lib.credit.ReadSpan` list and the skill names read (stored form), in order.
+    A read is ``served`` (its body inserted) when it is on the slate and among the first
+    ``max_reads`` reads (the environment's limit; :class:`~skillgate_lib.env.SkillSlateEnv`'s default is 4).
     """
     table = {skill_name(k): v for k, v in categories.items()}
     found = find_reads(token_ids, tokenizer, fmt)
     names = [skill_name(r.name) for r in found]
-    spans = [ReadSpan(table.get(n, "invalid"), r.name_start, r.name_end, r.call_start, r.call_end)
-             for n, r in zip(names, found)]
+    spans = [ReadSpan(table.get(n, "invalid"), r.name_start, r.name_end, r.call_start, r.call_end,
+                      served=n in table and k < max_reads)
+             for k, (n, r) in enumerate(zip(names, found))]
     return spans, names
 
 

@@ -94,35 +94,37 @@ def configure(cfg: CreditConfig) -> None:
 
 
 def encode_reads(spans: Sequence[ReadSpan], names: Sequence[str] | None = None) -> str:
-    """One response's reads as JSON: ``[[category, name_start, name_end, call_start, call_end, name], ...]``."""
+    """One response's reads as JSON: ``[[category, name_start, name_end, call_start, call_end, name, served], ...]``."""
     names = [""] * len(spans) if names is None else list(names)
-    return json.dumps([[r.category, r.name_start, r.name_end, r.call_start, r.call_end, n] for r, n in zip(spans, names)])
+    return json.dumps([[r.category, r.name_start, r.name_end, r.call_start, r.call_end, n, r.served]
+                       for r, n in zip(spans, names)])
 
 
 def _entries(payload: str, where: str) -> list[list]:
     try:
         entries = json.loads(payload)
-        if not isinstance(entries, list) or not all(isinstance(e, list) and len(e) in (5, 6) for e in entries):
-            raise ValueError("expected a list of 5- or 6-element lists")
+        if not isinstance(entries, list) or not all(isinstance(e, list) and len(e) in (5, 6, 7) for e in entries):
+            raise ValueError("expected a list of 5- to 7-element lists")
         return entries
     except (TypeError, ValueError) as err:
         raise ValueError(f"{where}: {READS_KEY!r} is not a JSON list of [category, name_start, name_end, "
-                         f"call_start, call_end, name] ({err})") from None
+                         f"call_start, call_end, name, served] ({err})") from None
 
 
 def decode_reads(payload: str, where: str = "reads") -> list[ReadSpan]:
     """The spans of :func:`encode_reads`'s payload; a malformed payload is an error naming ``where``."""
     entries = _entries(payload, where)
     try:
-        return [ReadSpan(str(e[0]), int(e[1]), int(e[2]), int(e[3]), int(e[4])) for e in entries]
+        return [ReadSpan(str(e[0]), int(e[1]), int(e[2]), int(e[3]), int(e[4]), served=bool(e[6]) if len(e) == 7 else True)
+                for e in entries]
     except (TypeError, ValueError) as err:
         raise ValueError(f"{where}: {READS_KEY!r} is not a JSON list of [category, name_start, name_end, "
-                         f"call_start, call_end, name] ({err})") from None
+                         f"call_start, call_end, name, served] ({err})") from None
 
 
 def decode_read_names(payload: str, where: str = "reads") -> list[str]:
     """The skill names of :func:`encode_reads`'s payload (stored form; ``""`` where none was recorded)."""
-    return [str(e[5]) if len(e) == 6 else "" for e in _entries(payload, where)]
+    return [str(e[5]) if len(e) >= 6 else "" for e in _entries(payload, where)]
 
 
 def annotate(response_ids: Sequence[int], tokenizer, extra_info: Mapping[str, Any],
