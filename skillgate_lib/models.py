@@ -104,7 +104,10 @@ def load_smollm2(cache_dir: str | Path | None = None) -> tuple[PreTrainedModel, 
 
 
 #: Committed checkpoints of the embedded model: the capacity-check base and the RL warm start.
-TINY_MODELS = {"tiny": paths.DATA_DIR / "models" / "tiny-sft", "tiny-base": paths.DATA_DIR / "models" / "tiny-base"}
+TINY_MODELS = {"tiny": paths.DATA_DIR / "models" / "tiny-sft", "tiny-base": paths.DATA_DIR / "models" / "tiny-base",
+               # the same two stages trained on horizons 1..16 (the ``paper_long`` regime)
+               "tiny-long": paths.DATA_DIR / "models" / "tiny-long",
+               "tiny-base-long": paths.DATA_DIR / "models" / "tiny-base-long"}
 
 
 def model_fingerprint(spec: str) -> str | None:
