@@ -73,8 +73,8 @@ REGIMES: dict[str, Regime] = {
                     "not the paper's (episodes of H <= 8 are short)"),
         Regime("paper_long", step_failure=0.15, lookalike_agreement=0.3, horizons=tuple(range(1, 17)),
                max_new_tokens=224,
-               note="paper with horizons 1..16, for Share: needs a base trained to H = 16 (the committed one "
-                    "succeeds 0 % beyond H = 8)"),
+               note="paper with horizons 1..16, for Share; train with --model tiny-long (the H = 1..16 warm "
+                    "start: tiny and tiny-base succeed 0 % beyond H = 8)"),
     )
 }
 
