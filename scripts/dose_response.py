@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from skillgate_lib import plots
+from skillgate_lib.audit import bootstrap_mean
 
 ARMS = {"skillgate": "SkillGate (reference: lambda 0.2, filter)", "skillgate_nofilter": "SkillGate without the filter"}
 
@@ -44,8 +45,8 @@ def paired(runs: Path, regime: str, arm: str, rng: np.random.Generator, n_boot: 
     out = {"regime": regime, "arm": arm, "seeds": len(seeds)}
     for m in ("oracle_read", "success"):
         d = (other.loc[seeds, m] - base.loc[seeds, m]).to_numpy(float)
-        boots = rng.choice(d, size=(n_boot, len(d)), replace=True).mean(axis=1)
-        out |= {f"{m}_diff": d.mean(), f"{m}_lo": np.quantile(boots, 0.025), f"{m}_hi": np.quantile(boots, 0.975),
+        mean, lo, hi = bootstrap_mean(d, np.ones(len(d)), n_boot, rng)
+        out |= {f"{m}_diff": mean, f"{m}_lo": lo, f"{m}_hi": hi,
                 f"{m}_outcome": base.loc[seeds, m].mean(), f"{m}_arm": other.loc[seeds, m].mean()}
     return out
 

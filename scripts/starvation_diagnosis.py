@@ -33,6 +33,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from skillgate_lib.audit import bootstrap_mean
+
 CONDITIONS: dict[str, tuple[str, dict]] = {
     "outcome": ("outcome", {}),
     "outcome_nofilter": ("outcome", {"filter_groups": False}),
@@ -57,13 +59,6 @@ def run(out: Path, conditions, seeds, workers: int, **shared) -> None:
         print(f"== {name}: {method} {extra}", flush=True)
         compare(methods=[method], seeds=tuple(seeds), out_dir=out / name, workers=workers, resume=True,
                 progress=False, **shared, **extra)
-
-
-def _boot(x: np.ndarray, rng, n: int = 10_000) -> tuple[float, float]:
-    if len(x) < 2:
-        return float("nan"), float("nan")
-    means = rng.choice(x, size=(n, len(x)), replace=True).mean(axis=1)
-    return float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
 
 
 def final_table(out: Path) -> pd.DataFrame:
@@ -99,12 +94,12 @@ def summary(out: Path, seed: int = 0) -> pd.DataFrame:
         r = {"condition": cond, "seeds": len(sub)}
         for m in ("eval/success", "eval/oracle_read", "eval/reads"):
             x = sub[m].to_numpy(float)
-            lo, hi = _boot(x, rng)
+            _, lo, hi = bootstrap_mean(x, np.ones(len(x)), 10_000, rng)
             r[m] = f"{100 * x.mean():.1f} [{100 * lo:.1f}, {100 * hi:.1f}]" if m != "eval/reads" else f"{x.mean():.2f}"
         paired = sub.set_index("seed")["eval/oracle_read"] - base["eval/oracle_read"]
         paired = paired.dropna().to_numpy(float)
         if cond != "outcome" and len(paired):
-            lo, hi = _boot(paired, rng)
+            _, lo, hi = bootstrap_mean(paired, np.ones(len(paired)), 10_000, rng)
             r["oracle_read - outcome (pp)"] = f"{100 * paired.mean():+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]"
         r["kept groups"] = f"{100 * sub['kept_frac'].mean():.0f} %"
         r["active reads in all-equal groups"] = f"{100 * sub['active_reads_filtered_frac'].mean():.0f} %"

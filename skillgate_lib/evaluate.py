@@ -27,6 +27,7 @@ Conditional rates are NaN when no trial meets the condition.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -147,14 +148,13 @@ def evaluate_main(argv: list[str] | None = None) -> int:
 
         model, tokenizer = load_policy(args.model or "tiny")
         label = args.model or "tiny"
-    # the run's own environment knobs unless the command line names others
-    knobs = regimes.get(args.regime).knobs() if args.regime else {
-        **regimes.get("easy").knobs(), **{k: config[k] for k in regimes.get("easy").knobs() if config.get(k) is not None}}
+    regime = regimes.get(args.regime or "easy")
+    if not args.regime:  # the run's recorded knobs (a run older than a knob: the easy preset's value)
+        regime = dataclasses.replace(regime, **{k: tuple(v) if isinstance(v, list) else v for k, v in config.items()
+                                                if k in regime.knobs() and v is not None})
     if args.step_failure is not None:
-        knobs["step_failure"] = args.step_failure
-    env = SkillSlateEnv(step_failure=knobs["step_failure"], lookalike_agreement=knobs["lookalike_agreement"],
-                        horizons=knobs["horizons"])
-    summary = summarize(evaluate(model, tokenizer, env, args.tasks, knobs["max_new_tokens"],
+        regime = dataclasses.replace(regime, step_failure=args.step_failure)
+    summary = summarize(evaluate(model, tokenizer, regime.env(), args.tasks, regime.max_new_tokens,
                                  temperature=args.temperature, domains=args.domains))
     if args.json:
         print(json.dumps(summary, indent=1))

@@ -306,9 +306,10 @@ def sample_batch(model, tokenizer, env: SkillSlateEnv, cfg: TrainConfig,
              "reads/selector_active": 0, "reads/selector_active_filtered": 0, "time/generate_s": 0.0}
     for draw in range(cfg.max_draws if cfg.filter_groups else 1):
         t0 = time.perf_counter()
-        gen = torch.Generator().manual_seed(stream_seed(cfg.seed, step, 4, *((draw,) if draw else ())))
+        extra = (draw,) if draw else ()  # draw 0 keeps the streams of a step without dynamic sampling
+        gen = torch.Generator().manual_seed(stream_seed(cfg.seed, step, 4, *extra))
         episodes = generate(model, tokenizer, env, step_items(env, cfg, step, draw), cfg.max_new_tokens,
-                            cfg.temperature, gen, score_rng=np.random.default_rng(stream_seed(cfg.seed, step, 5, draw)))
+                            cfg.temperature, gen, score_rng=np.random.default_rng(stream_seed(cfg.seed, step, 5, *extra)))
         stats["time/generate_s"] += time.perf_counter() - t0
         drawn += episodes
         mixed = _mixed(episodes)
@@ -394,7 +395,6 @@ def grpo_step(model, tokenizer, env: SkillSlateEnv, opt, params, cfg: TrainConfi
             update = _policy_gradient(model, opt, params, batch, cr, cfg, bc)
         share = cr.selector_share(inputs)
     row = {"step": step + 1, "split": "train", **update, "updated": updated, **stats,
-           "groups_filtered": stats["groups/filtered"] + (cr.groups_filtered if cr is not None else 0),
            "reward": float(np.mean([e.outcome.reward for e in first])),
            "selector_share": float(share[share > 0].mean()) if share is not None and (share > 0).any() else 0.0,
            "time/step_s": time.perf_counter() - t0, **summarize(first, "train")}

@@ -146,7 +146,7 @@ def test_skill_free_trains_without_the_slate_and_is_evaluated_with_it(tmp_path):
     assert not train.make_env(cfg).show_slate and train.make_env(cfg, train=False).show_slate
 
 
-def test_selection_bc_is_a_supervised_finetune_of_the_whole_read_call(tmp_path):
+def test_selection_bc_is_a_supervised_finetune_of_the_whole_read_call(tmp_path, monkeypatch):
     base, tokenizer = load_policy("tiny")
     cfg = _cfg(tmp_path, method="selection_bc")
     assert methods.get("selection_bc").separate_finetune and methods.get("selection_bc_rl").supervised_term
@@ -165,15 +165,13 @@ def test_selection_bc_is_a_supervised_finetune_of_the_whole_read_call(tmp_path):
     def ids(text):
         return tokenizer(text, add_special_tokens=False)["input_ids"]
 
-    train.pack = spy
-    try:
-        train.selection_ce(model, tokenizer, env, [(task, slate)], whole_call=True)
-        assert seen["targets"] == [ids(f"<read> {display_name(slate.oracle)} </read>")]  # opener, name, closer
-        assert len(seen["targets"][0]) == n_call
-        train.selection_ce(model, tokenizer, env, [(task, slate)])
-        assert seen["targets"] == [ids(display_name(slate.oracle))]  # the ablation's term: the name words only
-    finally:
-        train.pack = real_pack
+    monkeypatch.setattr(train, "pack", spy)
+    train.selection_ce(model, tokenizer, env, [(task, slate)], whole_call=True)
+    assert seen["targets"] == [ids(f"<read> {display_name(slate.oracle)} </read>")]  # opener, name, closer
+    assert len(seen["targets"][0]) == n_call
+    train.selection_ce(model, tokenizer, env, [(task, slate)])
+    assert seen["targets"] == [ids(display_name(slate.oracle))]  # the ablation's term: the name words only
+    monkeypatch.undo()
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     _, cr, _, row, _ = train.sft_step(model, tokenizer, env, opt, params, cfg, step=0)
     assert cr is None and row["loss"] > 0
