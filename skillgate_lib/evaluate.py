@@ -1,8 +1,15 @@
 """Held-out evaluation of any model or trained adapter, and the ``evaluate`` command.
 
 Everyone checks a model the same way: one sampled trial on each of a fixed set of
-held-out instances (eval split, seed :data:`EVAL_SEED`, the same for every run,
-seed and method), then the rates below, overall, by domain and by horizon.
+held-out instances (the same for every run, seed and method), then the rates below,
+overall, by domain and by horizon. Three held-out sets:
+
+* ``eval``: the whole held-out pool, drawn with seed :data:`EVAL_SEED` (runs before the
+  validation / test split evaluated on it);
+* ``val``: the validation part, drawn with :data:`EVAL_SEED`; training's periodic
+  evaluations and every selection (learning rate, lambda, steps) read it;
+* ``test``: the other part, distinct instances drawn without replacement with
+  :data:`TEST_SEED`; reported numbers come from it and nothing is selected on it.
 
 ========================  ===================================================================
 measure                   meaning
@@ -41,6 +48,8 @@ from .seeding import stream_seed
 
 #: Held-out evaluation instances are the same for every run, seed and method.
 EVAL_SEED = 10_007
+#: The test set's draw (distinct instances of the ``test`` split).
+TEST_SEED = 20_011
 #: The rates reported by domain and by horizon.
 BY_GROUP = ("success", "oracle_read", "misleading_read", "reads")
 
@@ -84,18 +93,28 @@ def summarize(episodes: list[Episode], prefix: str = "eval") -> dict[str, float]
     return out
 
 
+def heldout_tasks(env: SkillSlateEnv, n_tasks: int, split: str = "eval", domains=None, horizons=None):
+    """``(tasks, seed)`` of a held-out set (module docstring): ``eval`` / ``val`` drawn with
+    replacement under :data:`EVAL_SEED`, ``test`` distinct under :data:`TEST_SEED`."""
+    if split == "test":
+        return env.distinct_tasks(n_tasks, "test", TEST_SEED, domains=domains, horizons=horizons), TEST_SEED
+    if split not in ("eval", "val"):
+        raise ValueError(f"held-out split must be eval, val or test; got {split!r}")
+    return env.sample_tasks(n_tasks, split=split, seed=EVAL_SEED, domains=domains, horizons=horizons), EVAL_SEED
+
+
 def evaluate(model, tokenizer, env: SkillSlateEnv, n_tasks: int, max_new_tokens: int = 160, batch: int = 128,
-             temperature: float = 1.0, domains=None, horizons=None) -> list[Episode]:
-    """One sampled trial on each of ``n_tasks`` fixed held-out instances (same for every run).
+             temperature: float = 1.0, domains=None, horizons=None, split: str = "eval") -> list[Episode]:
+    """One sampled trial on each of ``n_tasks`` fixed held-out instances of ``split`` (same for every run).
 
     ``horizons``: default the environment's (its regime's)."""
-    tasks = env.sample_tasks(n_tasks, split="eval", seed=EVAL_SEED, domains=domains, horizons=horizons)
-    items = [(t, env.slate(t, seed=stream_seed(EVAL_SEED, k)), k) for k, t in enumerate(tasks)]
-    gen = torch.Generator().manual_seed(EVAL_SEED)
+    tasks, seed = heldout_tasks(env, n_tasks, split, domains, horizons)
+    items = [(t, env.slate(t, seed=stream_seed(seed, k)), k) for k, t in enumerate(tasks)]
+    gen = torch.Generator().manual_seed(seed)
     episodes: list[Episode] = []
     for start in range(0, len(items), batch):
         episodes += generate(model, tokenizer, env, items[start: start + batch], max_new_tokens, temperature, gen,
-                             score_rng=np.random.default_rng(stream_seed(EVAL_SEED, start)))
+                             score_rng=np.random.default_rng(stream_seed(seed, start)))
     return episodes
 
 
@@ -126,6 +145,8 @@ def evaluate_main(argv: list[str] | None = None) -> int:
                         "(default: tiny, or the run's own model with --adapter)")
     parser.add_argument("--adapter", type=Path, help="a training run directory: evaluate its final LoRA adapter")
     parser.add_argument("--tasks", type=int, default=400, help="held-out instances (default: 400)")
+    parser.add_argument("--split", default="eval", choices=("eval", "val", "test"),
+                        help="held-out set: the whole pool, its validation part or its test part (default: eval)")
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature; 0 = greedy (default: 1)")
     parser.add_argument("--regime", help="environment preset of skillgate_lib.regimes (default: the run's with "
                         "--adapter, else easy)")
@@ -155,11 +176,11 @@ def evaluate_main(argv: list[str] | None = None) -> int:
     if args.step_failure is not None:
         regime = dataclasses.replace(regime, step_failure=args.step_failure)
     summary = summarize(evaluate(model, tokenizer, regime.env(), args.tasks, regime.max_new_tokens,
-                                 temperature=args.temperature, domains=args.domains))
+                                 temperature=args.temperature, domains=args.domains, split=args.split))
     if args.json:
         print(json.dumps(summary, indent=1))
         return 0
-    print(f"{label}: {args.tasks} held-out tasks, temperature {args.temperature}")
+    print(f"{label}: {args.tasks} held-out tasks ({args.split}), temperature {args.temperature}")
     for m in ("success", "oracle_read", "misleading_read", "invalid_read", "reads", "last_oracle", "step_acc",
               "success_only_oracle", "success_last_oracle", "success_last_misleading"):
         v = summary[f"eval/{m}"]

@@ -109,6 +109,8 @@ class TrainConfig:
     """Held-out evaluation every N steps (and at the end)."""
     eval_tasks: int = 256
     """Held-out instances per evaluation."""
+    eval_split: str = "val"
+    """Held-out set of the periodic evaluations: val (the validation part), or eval (the whole pool, as runs before the split)."""
     log_train_every: int = 5
     """Write the training trajectories of every N-th step (all eval trajectories are written)."""
     checkpoint_every: int = 10
@@ -133,6 +135,8 @@ class TrainConfig:
         for name in ("steps", "prompts_per_step", "eval_every", "eval_tasks", "checkpoint_every", "log_train_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.eval_split not in ("val", "eval"):
+            raise ValueError(f"eval_split must be 'val' or 'eval' (the test set is for reported numbers only), got {self.eval_split!r}")
         if self.max_draws < 1:
             raise ValueError(f"max_draws must be >= 1, got {self.max_draws}")
         preset = regimes.get(self.regime)
@@ -234,7 +238,7 @@ _RESUMABLE = {"threads", "run_dir", "steps", "report_to"}  # a longer budget con
 #: What a run recorded before a field existed did as that field's value says here: a run whose
 #: config.json lacks the field is compared against it (it trained without dynamic sampling, in
 #: the environment now called ``easy``), so it never resumes under another protocol.
-_BEFORE_FIELD = {"filter_groups": False, "max_draws": 1, "regime": "easy", "lookalike_agreement": 0.0,
+_BEFORE_FIELD = {"eval_split": "eval", "filter_groups": False, "max_draws": 1, "regime": "easy", "lookalike_agreement": 0.0,
                  "horizons": list(range(1, 9)), "method": None}
 
 
@@ -465,7 +469,8 @@ def train(cfg: TrainConfig, progress: bool = True, resume: bool = False) -> pd.D
     writer.write_config(_config_record(cfg))
 
     def run_eval(step: int) -> dict:
-        eps = evaluate(model, tokenizer, eval_env, cfg.eval_tasks, cfg.max_new_tokens, temperature=cfg.temperature)
+        eps = evaluate(model, tokenizer, eval_env, cfg.eval_tasks, cfg.max_new_tokens, temperature=cfg.temperature,
+                       split=cfg.eval_split)
         writer.write_trajectories(episode_rows(eps, step, "eval", cfg.credit), step=step, split="eval")
         row = {"step": step, "split": "eval", **summarize(eps)}
         writer.log_metrics(row)

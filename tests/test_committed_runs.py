@@ -27,7 +27,7 @@ def test_committed_adapter_reproduces_its_logged_final_evaluation(run):
     torch.set_num_threads(cfg.threads)
     try:
         episodes = evaluate(model, tokenizer, make_env(cfg, train=False), cfg.eval_tasks, cfg.max_new_tokens,
-                            temperature=cfg.temperature)
+                            temperature=cfg.temperature, split=config.get("eval_split", "eval"))
     finally:
         torch.set_num_threads(2)
     logged = logs.read_metrics(run_dir).query("split == 'eval'").sort_values("step").iloc[-1]

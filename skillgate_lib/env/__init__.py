@@ -14,7 +14,7 @@ from .episode import (
     READ_OPEN, EpisodeError, Outcome, Read, SkillSlateEnv, Task,
 )
 from .names import display_name, skill_name
-from .library import EVAL_PERCENT, description, skill_md, split_of, write_library
+from .library import EVAL_PERCENT, SPLITS, VAL_PERCENT, description, heldout_part, in_split, skill_md, split_of, write_library
 from .policies import (
     POLICIES, cue_selector, misleading_read_policy, mixed_reads, name_match_selector, no_read_policy, oracle_policy,
     random_read_policy, selector_policy,
@@ -24,7 +24,8 @@ __all__ = [
     "DOMAINS", "VARIANTS", "Domain", "family_tables", "lookalike_tables", "parse_table", "render_table", "run_chain",
     "ANSWER_CLOSE", "ANSWER_OPEN", "BODY_CLOSE", "BODY_OPEN", "ERROR_CLOSE", "ERROR_OPEN", "MAX_HORIZON", "PROMPT_END",
     "READ_CLOSE", "READ_OPEN", "EpisodeError", "Outcome", "Read", "SkillSlateEnv", "Task", "display_name", "skill_name",
-    "EVAL_PERCENT", "description", "skill_md", "split_of", "write_library",
+    "EVAL_PERCENT", "SPLITS", "VAL_PERCENT", "description", "heldout_part", "in_split", "skill_md", "split_of",
+    "write_library",
     "POLICIES", "cue_selector", "misleading_read_policy", "mixed_reads", "name_match_selector", "no_read_policy",
     "oracle_policy", "random_read_policy", "selector_policy", "load_tokenizer", "token_spans",
 ]

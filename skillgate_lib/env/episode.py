@@ -57,7 +57,7 @@ import numpy as np
 
 from ..skills import Skill, Slate, load_library, make_slate
 from .domains import DOMAINS, VARIANTS, Table, family_tables, lookalike_tables, parse_table, render_table, run_chain
-from .library import split_of
+from .library import SPLITS, in_split
 from .names import display_name, skill_name
 
 READ_OPEN, READ_CLOSE = "<read>", "</read>"
@@ -255,15 +255,15 @@ class SkillSlateEnv:
     def sample_tasks(
         self, n: int, split: str, seed: int, horizons: Iterable[int] | None = None, domains: Sequence[str] | None = None
     ) -> list[Task]:
-        """``n`` instances of ``split`` ("train" / "eval"), deterministic in ``seed``.
+        """``n`` instances of ``split`` (one of ``train``, ``eval``, ``val``, ``test``), deterministic in ``seed``.
 
         Domain, family, variant, start and horizon (from ``horizons``, default the
         environment's) are uniform. The split is decided by the (skill, start) pair
-        (:func:`split_of`), so an eval chain is never a prefix of a training chain; both
-        splits may repeat instances internally.
+        (:func:`~skillgate_lib.env.library.in_split`), so a held-out chain is never a prefix
+        of a training chain, and ``val`` and ``test`` (the two parts of ``eval``) share no
+        chain either. Instances may repeat; :meth:`distinct_tasks` draws without replacement.
         """
-        if split not in ("train", "eval"):
-            raise EpisodeError(f"split must be 'train' or 'eval', got {split!r}")
+        self._check_split(split)
         horizons = self.horizons if horizons is None else _check_horizons(horizons)
         domains = self._check_domains(domains if domains is not None else self.domains)
         keys = {d: sorted(k for k in self.index if k[0] == d) for d in domains}
@@ -275,9 +275,33 @@ class SkillSlateEnv:
             symbols = DOMAINS[domain].symbols
             start = symbols[rng.integers(len(symbols))]
             h = int(horizons[rng.integers(len(horizons))])
-            if split_of(f"{self.index[(domain, family, variant)]}-s{start}") == split:
+            if in_split(f"{self.index[(domain, family, variant)]}-s{start}", split):
                 out.append(self.make_task(domain, family, variant, start, h))
         return out
+
+    def distinct_tasks(
+        self, n: int, split: str, seed: int, horizons: Iterable[int] | None = None, domains: Sequence[str] | None = None
+    ) -> list[Task]:
+        """``n`` *distinct* instances of ``split``, a random subset (deterministic in ``seed``) of all of them.
+
+        Every (skill, start, horizon) of the split is enumerated once, then ``n`` are drawn
+        without replacement; asking for more than the split holds is an error naming its size.
+        """
+        self._check_split(split)
+        horizons = self.horizons if horizons is None else _check_horizons(horizons)
+        domains = self._check_domains(domains if domains is not None else self.domains)
+        pool = [(d, f, v, s, h) for (d, f, v), name in sorted(self.index.items()) if d in domains
+                for s in DOMAINS[d].symbols if in_split(f"{name}-s{s}", split) for h in horizons]
+        if n > len(pool):
+            raise EpisodeError(f"the {split!r} split holds {len(pool)} distinct instances at horizons "
+                               f"{list(horizons)}; cannot draw {n} without replacement")
+        pick = np.random.default_rng(seed).permutation(len(pool))[:n]
+        return [self.make_task(*pool[i]) for i in pick]
+
+    @staticmethod
+    def _check_split(split: str) -> None:
+        if split not in SPLITS:
+            raise EpisodeError(f"split must be one of {', '.join(SPLITS)}; got {split!r}")
 
     def follow_table(self, task: Task, skill: str | None) -> Table:
         """The table a policy executes after last reading ``skill``: its own, if it is of the

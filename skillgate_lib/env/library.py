@@ -27,6 +27,12 @@ from .domains import DOMAINS, family_tables, render_table
 
 #: Percent of instances (by a hash of the task id) that belong to the eval split.
 EVAL_PERCENT = 20
+#: Percent of the eval split's instances (by a second hash) that form the validation set;
+#: the rest is the test set. Selection (learning rate, lambda, steps) reads only the first,
+#: reported numbers only the second.
+VAL_PERCENT = 40
+#: The held-out splits: ``eval`` is the whole held-out pool, ``val`` and ``test`` its two disjoint parts.
+SPLITS = ("train", "eval", "val", "test")
 
 
 def skill_name(domain: str, family: str, variant: str) -> str:
@@ -73,7 +79,23 @@ def write_library(root: str | Path = paths.DATA_DIR / "skills") -> list[Path]:
     return written
 
 
+def _bucket(text: str) -> int:
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") % 100
+
+
 def split_of(task_id: str) -> str:
     """``"eval"`` for EVAL_PERCENT % of instances (by a hash of the id), else ``"train"``."""
-    h = int.from_bytes(hashlib.sha256(task_id.encode()).digest()[:8], "little")
-    return "eval" if h % 100 < EVAL_PERCENT else "train"
+    return "eval" if _bucket(task_id) < EVAL_PERCENT else "train"
+
+
+def heldout_part(task_id: str) -> str:
+    """Of an eval-split instance: ``"val"`` for VAL_PERCENT % (by a second hash), else ``"test"``."""
+    return "val" if _bucket(f"heldout:{task_id}") < VAL_PERCENT else "test"
+
+
+def in_split(task_id: str, split: str) -> bool:
+    """Whether ``task_id`` belongs to ``split`` (one of :data:`SPLITS`); ``eval`` holds both ``val`` and ``test``."""
+    top = split_of(task_id)
+    if split in ("train", "eval"):
+        return top == split
+    return top == "eval" and heldout_part(task_id) == split

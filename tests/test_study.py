@@ -1,0 +1,73 @@
+"""The study protocol: validation and test sets apart, a fixed plan, selection on validation only."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from skillgate_lib import study
+from skillgate_lib.env import SkillSlateEnv, in_split
+from skillgate_lib.evaluate import heldout_tasks
+
+
+def _pair(task) -> str:
+    return f"{task.oracle}-s{task.start}"
+
+
+def test_validation_and_test_sets_share_no_chain_and_the_test_set_is_distinct():
+    env = SkillSlateEnv()
+    val, _ = heldout_tasks(env, 256, "val")
+    test, _ = heldout_tasks(env, 1024, "test")
+    assert {_pair(t) for t in val}.isdisjoint({_pair(t) for t in test})
+    assert len({t.task_id for t in test}) == 1024
+    assert all(in_split(_pair(t), "eval") for t in val + test)
+    train = env.sample_tasks(512, "train", seed=1)
+    assert {_pair(t) for t in train}.isdisjoint({_pair(t) for t in val + test})
+
+
+def test_asking_the_test_split_for_more_than_it_holds_names_its_size():
+    with pytest.raises(ValueError, match="distinct instances"):
+        SkillSlateEnv(horizons=(1,)).distinct_tasks(5000, "test", seed=0)
+
+
+def test_training_cannot_evaluate_on_the_test_set():
+    with pytest.raises(ValueError, match="eval_split"):
+        study.TrainConfig(eval_split="test")
+
+
+def test_every_method_gets_the_same_number_of_configurations():
+    plan = study.paper_plan()
+    assert len({len(a.values) for a in plan.arms}) == 1
+    assert plan.arm("skillgate").knob == "selector_coef" and plan.arm("skillgate").values[0] == 0.2
+    assert plan.arm("outcome").seeds >= 8 and min(a.seeds for a in plan.arms) >= 5
+
+
+def _tiny_plan() -> study.Plan:
+    settings = {"prompts_per_step": 2, "group_size": 4, "lr": 5e-3, "eval_every": 1, "eval_tasks": 8,
+                "eval_split": "val", "log_train_every": 1, "max_draws": 1}
+    arms = (study.Arm("skillgate", "selector_coef", (0.2, 1.0), 2), study.Arm("outcome", "lr", (5e-3, 1e-2), 2))
+    return study.Plan("tiny", "easy", arms, search_seeds=(0,), steps=1, test_tasks=12, settings=settings)
+
+
+@pytest.mark.slow
+def test_a_study_selects_on_validation_tests_the_choice_and_refuses_another_plan(tmp_path):
+    plan = _tiny_plan()
+    chosen = study.run_study(plan, tmp_path, workers=1, progress=False)
+    for m, arm in (("skillgate", plan.arms[0]), ("outcome", plan.arms[1])):
+        scores = chosen[m]["val_success"]
+        assert scores[f"{chosen[m]['value']:g}"] == max(scores.values())
+        chosen_runs = [tmp_path / study.run_name(arm, chosen[m]["value"], s) for s in (0, 1)]
+        assert all((r / "test.json").exists() for r in chosen_runs)
+        other = [v for v in arm.values if v != chosen[m]["value"]][0]
+        assert not (tmp_path / study.run_name(arm, other, 0) / "test.json").exists()  # no peeking
+    record = json.loads((tmp_path / "warmstart" / "test.json").read_text())
+    assert record["tasks"] == 12 and 0 <= record["test/success"] <= 1
+    config = json.loads((tmp_path / study.run_name(plan.arms[1], chosen["outcome"]["value"], 1) / "config.json").read_text())
+    assert config["eval_split"] == "val" and config["steps"] == 1
+    again = study.run_study(plan, tmp_path, workers=1, progress=False)  # resumes: nothing left to do
+    assert again == chosen
+    changed = study.Plan(plan.name, plan.regime, plan.arms, search_seeds=(0,), steps=2, test_tasks=12,
+                         settings=plan.settings)
+    with pytest.raises(ValueError, match="another plan"):
+        study.run_study(changed, tmp_path, workers=1, progress=False)
