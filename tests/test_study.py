@@ -65,9 +65,49 @@ def test_a_study_selects_on_validation_tests_the_choice_and_refuses_another_plan
     assert record["tasks"] == 12 and 0 <= record["test/success"] <= 1
     config = json.loads((tmp_path / study.run_name(plan.arms[1], chosen["outcome"]["value"], 1) / "config.json").read_text())
     assert config["eval_split"] == "val" and config["steps"] == 1
+    from skillgate_lib import study_report
+
+    tests = study_report.test_results(tmp_path)
+    assert sorted(tests["method"]) == ["outcome", "outcome", "sft", "skillgate", "skillgate"]
+    assert set(study_report.validation_curves(tmp_path)["step"]) == {0, 1}
     again = study.run_study(plan, tmp_path, workers=1, progress=False)  # resumes: nothing left to do
     assert again == chosen
     changed = study.Plan(plan.name, plan.regime, plan.arms, search_seeds=(0,), steps=2, test_tasks=12,
                          settings=plan.settings)
     with pytest.raises(ValueError, match="another plan"):
         study.run_study(changed, tmp_path, workers=1, progress=False)
+
+
+def _fake_study(root, values):
+    """A study directory with test.json files only: ``values[method][seed] = (success, oracle_read)``."""
+    (root / "selection.json").write_text(json.dumps({m: {"knob": "lr", "value": 0.005, "val_success": {}} for m in values}))
+    for m, by_seed in values.items():
+        for s, (succ, orc) in by_seed.items():
+            run = root / f"{m}-lr0.005-seed{s}"
+            run.mkdir()
+            (run / "config.json").write_text(json.dumps({"method": m, "credit": m, "skill_free": False, "seed": s, "lr": 0.005}))
+            (run / "test.json").write_text(json.dumps({"tasks": 100, "test/success": succ, "test/oracle_read": orc,
+                                                       "test/misleading_read": 0.5, "test/reads": 1.0,
+                                                       "test/success/horizon=1": succ}))
+    (root / "other-lr0.01-seed0").mkdir()  # a search run at the value not chosen: never read
+    (root / "other-lr0.01-seed0" / "config.json").write_text(json.dumps({"method": "outcome", "credit": "outcome",
+                                                                         "skill_free": False, "seed": 0, "lr": 0.01}))
+    (root / "other-lr0.01-seed0" / "test.json").write_text(json.dumps({"tasks": 100, "test/success": 1.0}))
+
+
+def test_paired_differences_pair_by_seed(tmp_path):
+    from skillgate_lib import study_report
+
+    _fake_study(tmp_path, {"skillgate": {0: (0.30, 0.6), 1: (0.10, 0.4), 2: (0.20, 0.5)},
+                           "outcome": {0: (0.20, 0.5), 1: (0.00, 0.3), 2: (0.10, 0.4), 3: (0.9, 0.9)}})
+    tests = study_report.test_results(tmp_path)
+    assert len(tests) == 7  # the unchosen value's run is left out
+    diffs = study_report.paired_differences(tests).set_index("baseline")
+    assert diffs.loc["outcome", "seeds"] == 3
+    assert diffs.loc["outcome", "success"] == pytest.approx(10.0)  # +10 pp on every shared seed
+    assert diffs.loc["outcome", "success_lo"] == pytest.approx(10.0)
+    table = study_report.summary_table(tests).set_index("method")
+    assert table.loc["outcome", "seeds"] == 4 and table.loc["outcome", "success"] == pytest.approx(30.0)
+    assert table.loc["skillgate", "success_lo"] <= 20.0 <= table.loc["skillgate", "success_hi"]
+    assert "[" in study_report.table_markdown(table.reset_index())
+    assert study_report.gain_by_horizon(tests)["diff"].iloc[0] == pytest.approx(10.0)

@@ -1,0 +1,168 @@
+"""Reading a study back (:mod:`skillgate_lib.study`): test-set table with intervals, paired differences.
+
+A study directory holds ``plan.json``, ``selection.json``, one folder per run and
+``warmstart/test.json``. Everything here reads those files and imports no trainer, so the
+table and the figures rebuild on a machine that trains nothing (``make figures``).
+
+Intervals:
+
+* a trained method: mean over seeds of its test-set rate, percentile bootstrap 95 %
+  interval over seeds (the unit that varies: a seed's training and sampling);
+* the warm start (one model, no training seed): Wilson 95 % interval over the test
+  instances of its single evaluation;
+* a paired difference (SkillGate minus a baseline): per shared seed (same prompts,
+  same LoRA init), then mean and bootstrap interval over those seeds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from skillgate_lib import logs, methods
+from skillgate_lib.audit import bootstrap_mean
+
+#: The rates of the table (percent) and reads per trial.
+MEASURES = ("success", "oracle_read", "misleading_read", "reads")
+N_BOOT = 10_000
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: not found; is {path.parent} a finished study (python -m skillgate_lib study)?")
+
+
+def test_results(study_dir: str | Path) -> pd.DataFrame:
+    """One row per tested run: method, seed, the chosen value, ``test/*`` measures; the warm start as ``sft``."""
+    study_dir = Path(study_dir)
+    selection = _read_json(study_dir / "selection.json")
+    rows = []
+    for run in sorted(p for p in study_dir.iterdir() if (p / "test.json").exists() and (p / "config.json").exists()):
+        config = logs.read_config(run)
+        method = methods.of_config(config)
+        if method not in selection or float(config[selection[method]["knob"]]) != float(selection[method]["value"]):
+            continue
+        rows.append({"method": method, "seed": int(config["seed"]), "run": run.name,
+                     "value": selection[method]["value"], **_read_json(run / "test.json")})
+    warm = study_dir / "warmstart" / "test.json"
+    if warm.exists():
+        rows.append({"method": "sft", "seed": -1, "run": "warmstart", "value": math.nan, **_read_json(warm)})
+    if not rows:
+        raise FileNotFoundError(f"{study_dir}: no run with a test.json at its method's chosen value")
+    return pd.DataFrame(rows)
+
+
+def _wilson(p: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return centre - half, centre + half
+
+
+def _order(names) -> list[str]:
+    known = [m for m in methods.METHODS if m in set(names)]
+    return known + sorted(set(names) - set(known))
+
+
+def summary_table(tests: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
+    """Per method: seeds, and for each measure the mean with its 95 % interval (rates in percent)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for method in _order(tests["method"].unique()):
+        sub = tests[tests["method"] == method]
+        row = {"method": method, "seeds": len(sub) if method != "sft" else 0}
+        for m in MEASURES:
+            scale = 1.0 if m == "reads" else 100.0
+            values = sub[f"test/{m}"].to_numpy(float)
+            if method == "sft":
+                mean = float(values[0])
+                lo, hi = _wilson(mean, int(sub["tasks"].iloc[0])) if m != "reads" else (math.nan, math.nan)
+            else:
+                mean, lo, hi = bootstrap_mean(values, np.ones(len(values)), N_BOOT, rng)
+            row |= {m: mean * scale, f"{m}_lo": lo * scale, f"{m}_hi": hi * scale}
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def paired_differences(tests: pd.DataFrame, method: str = "skillgate", seed: int = 0,
+                       measures=("success", "oracle_read", "misleading_read")) -> pd.DataFrame:
+    """``method`` minus each other trained method on their shared seeds: mean and 95 % interval (pp)."""
+    rng = np.random.default_rng(seed)
+    base = tests[tests["method"] == method].set_index("seed")
+    rows = []
+    for other in _order(set(tests["method"]) - {method, "sft"}):
+        o = tests[tests["method"] == other].set_index("seed")
+        seeds = base.index.intersection(o.index)
+        row = {"baseline": other, "seeds": len(seeds)}
+        for m in measures:
+            d = (base.loc[seeds, f"test/{m}"] - o.loc[seeds, f"test/{m}"]).to_numpy(float) * 100
+            mean, lo, hi = bootstrap_mean(d, np.ones(len(d)), N_BOOT, rng)
+            row |= {m: mean, f"{m}_lo": lo, f"{m}_hi": hi}
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def gain_by_horizon(tests: pd.DataFrame, method: str = "skillgate", baseline: str = "outcome",
+                    measure: str = "success", seed: int = 0) -> pd.DataFrame:
+    """Paired difference ``method - baseline`` on the test set by horizon H (pp, bootstrap over seeds)."""
+    rng = np.random.default_rng(seed)
+    a = tests[tests["method"] == method].set_index("seed")
+    b = tests[tests["method"] == baseline].set_index("seed")
+    seeds = a.index.intersection(b.index)
+    cols = sorted((c for c in tests.columns if c.startswith(f"test/{measure}/horizon=")), key=lambda c: int(c.split("=")[1]))
+    rows = []
+    for c in cols:
+        d = (a.loc[seeds, c] - b.loc[seeds, c]).to_numpy(float) * 100
+        mean, lo, hi = bootstrap_mean(d, np.ones(len(d)), N_BOOT, rng)
+        rows.append({"horizon": int(c.split("=")[1]), "diff": mean, "lo": lo, "hi": hi,
+                     method: a.loc[seeds, c].mean() * 100, baseline: b.loc[seeds, c].mean() * 100})
+    return pd.DataFrame(rows)
+
+
+def validation_curves(study_dir: str | Path) -> pd.DataFrame:
+    """Validation success / oracle-read by step of every run: method, knob value, seed, step, chosen."""
+    study_dir = Path(study_dir)
+    selection = _read_json(study_dir / "selection.json")
+    frames = []
+    for run in sorted(p for p in study_dir.iterdir() if (p / "metrics.jsonl").exists()):
+        config = logs.read_config(run)
+        method = methods.of_config(config)
+        knob = selection.get(method, {}).get("knob", "lr")
+        ev = logs.read_metrics(run).query("split == 'eval'")
+        frames.append(pd.DataFrame({
+            "method": method, "value": float(config[knob]), "seed": int(config["seed"]), "step": ev["step"].astype(int),
+            "success": ev["eval/success"], "oracle_read": ev["eval/oracle_read"],
+            "chosen": method in selection and float(config[knob]) == float(selection[method]["value"])}))
+    return pd.concat(frames, ignore_index=True)
+
+
+def table_markdown(table: pd.DataFrame, reference: pd.DataFrame | None = None) -> str:
+    """The test-set table as Markdown: mean [95 % interval] per measure, beside the paper's numbers."""
+    ref = reference.set_index("method") if reference is not None else None
+    lines = ["| method | seeds | success % | oracle read % | misleading read % | reads / trial | "
+             "paper: success | paper: oracle read | paper: misleading read |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for _, r in table.iterrows():
+        m = methods.METHODS.get(r["method"])
+        label = f"{m.label} (`{m.name}`)" if m is not None else r["method"]
+        cells = [f"{r[c]:.1f} [{r[c + '_lo']:.1f}, {r[c + '_hi']:.1f}]" for c in ("success", "oracle_read", "misleading_read")]
+        cells.append(f"{r['reads']:.2f}" + (f" [{r['reads_lo']:.2f}, {r['reads_hi']:.2f}]" if not math.isnan(r["reads_lo"]) else ""))
+        paper = ref.loc[m.paper_row] if ref is not None and m is not None and m.paper_row in ref.index else None
+        ref_cells = [f"{paper[c]:.1f}" for c in ("success", "oracle_read", "misleading_read")] if paper is not None else ["–"] * 3
+        seeds = "1 model" if r["method"] == "sft" else str(int(r["seeds"]))
+        lines.append(f"| {label} | {seeds} | " + " | ".join(cells + ref_cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def paired_markdown(diffs: pd.DataFrame, method: str = "skillgate") -> str:
+    """The paired differences as Markdown (percentage points, 95 % interval over shared seeds)."""
+    lines = [f"| {method} minus | seeds | success pp | oracle read pp | misleading read pp |", "|---|---:|---:|---:|---:|"]
+    for _, r in diffs.iterrows():
+        cells = [f"{r[c]:+.1f} [{r[c + '_lo']:+.1f}, {r[c + '_hi']:+.1f}]" for c in ("success", "oracle_read", "misleading_read")]
+        lines.append(f"| {r['baseline']} | {int(r['seeds'])} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
