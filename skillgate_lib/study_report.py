@@ -166,3 +166,52 @@ def paired_markdown(diffs: pd.DataFrame, method: str = "skillgate") -> str:
         cells = [f"{r[c]:+.1f} [{r[c + '_lo']:+.1f}, {r[c + '_hi']:+.1f}]" for c in ("success", "oracle_read", "misleading_read")]
         lines.append(f"| {r['baseline']} | {int(r['seeds'])} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def audit_outcome_runs(study_dir: str | Path, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
+    """The audit of each outcome-only run of a study (its logged training rollouts), one row per seed.
+
+    Columns: seed, share_median, dilution, sign_wrong, zero_credit (reads with no credit),
+    value with its interval, rollouts, and ``ratio``: the theory fitted to that log
+    (:func:`skillgate_lib.theory.fit_model`), SkillGate's selector signal over outcome-only's,
+    averaged over the log's horizons (the starvation the theory predicts SkillGate relieves).
+    """
+    from skillgate_lib.audit import run_audit
+
+    tests = test_results(study_dir)
+    rows = []
+    for _, r in tests[tests["method"] == "outcome"].iterrows():
+        result = run_audit(Path(study_dir) / r["run"], split="train", n_boot=n_boot, seed=seed)
+        ov, model = result.overall, result.model
+        ratio = math.nan
+        if model is not None:
+            hs = np.arange(int(result.bins["h_min"].min()), int(result.bins["h_max"].max()) + 1)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                ratio = float(np.nanmean(model.selector_signal_skillgate(hs) / model.selector_signal(hs)))
+        rows.append({"seed": r["seed"], "share_median": ov["share_median"], "dilution": result.dilution,
+                     "sign_wrong": ov["sign_wrong"], "zero_credit": ov["sign_zero"], "value": ov["value"],
+                     "value_lo": ov["value_lo"], "value_hi": ov["value_hi"], "rollouts": result.n_rows, "ratio": ratio})
+    return pd.DataFrame(rows)
+
+
+def dose_response(study_dirs: dict[str, str | Path], n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
+    """Per regime: the outcome runs' audited starvation (mean over seeds) beside SkillGate's paired gain on the test set.
+
+    ``study_dirs``: regime -> a finished study holding outcome and skillgate runs on shared seeds.
+    """
+    rows = []
+    for regime, d in study_dirs.items():
+        tests = test_results(d)
+        diff = paired_differences(tests[tests["method"].isin(["skillgate", "outcome"])], seed=seed,
+                                  measures=("success", "oracle_read")).iloc[0]
+        audits = audit_outcome_runs(d, n_boot=n_boot, seed=seed)
+        table = summary_table(tests[tests["method"].isin(["skillgate", "outcome"])]).set_index("method")
+        rows.append({"regime": regime, "seeds": int(diff["seeds"]),
+                     **{f"audit_{c}": audits[c].mean() for c in ("share_median", "dilution", "sign_wrong", "zero_credit",
+                                                                 "value", "ratio")},
+                     "audit_rollouts": int(audits["rollouts"].sum()),
+                     **{f"{m}_{k}": diff[f"{m}{s}"] for m in ("success", "oracle_read")
+                        for k, s in (("diff", ""), ("lo", "_lo"), ("hi", "_hi"))},
+                     **{f"{m}_{meth}": table.loc[meth, m] for m in ("success", "oracle_read")
+                        for meth in ("outcome", "skillgate")}})
+    return pd.DataFrame(rows)

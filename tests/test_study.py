@@ -111,3 +111,10 @@ def test_paired_differences_pair_by_seed(tmp_path):
     assert table.loc["skillgate", "success_lo"] <= 20.0 <= table.loc["skillgate", "success_hi"]
     assert "[" in study_report.table_markdown(table.reset_index())
     assert study_report.gain_by_horizon(tests)["diff"].iloc[0] == pytest.approx(10.0)
+    import matplotlib.pyplot as plt
+
+    from skillgate_lib import plots_study
+
+    fig = plots_study.rates_and_differences(table.reset_index(), diffs.reset_index())
+    assert len(fig.axes) == 2
+    plt.close(fig)

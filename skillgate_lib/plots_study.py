@@ -1,0 +1,83 @@
+"""The powered comparison's figures (notebook 04): the test-set table as intervals, the
+validation curves that fixed the step count, and the dose-response across regimes.
+
+Inputs are the tables of :mod:`skillgate_lib.study_report`; style, colours and ``savefig``
+are :mod:`skillgate_lib.plots`'.
+"""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from skillgate_lib.plots import METHOD_COLORS, WIDTH, _fraction_axis, _legend_below, method_label
+
+_RATES = (("success", "success"), ("oracle_read", "oracle-read"))
+
+
+def rates_and_differences(table: pd.DataFrame, diffs: pd.DataFrame, method: str = "skillgate") -> plt.Figure:
+    """Left: each method's test-set success and oracle-read, mean and 95 % interval.
+    Right: ``method`` minus each baseline on shared seeds, with its 95 % interval."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(WIDTH, 4.2), layout="constrained", sharey=True)
+    names = list(table["method"])
+    y = np.arange(len(names))[::-1]
+    for k, (m, label) in enumerate(_RATES):
+        err = np.vstack([table[m] - table[f"{m}_lo"], table[f"{m}_hi"] - table[m]])
+        left.errorbar(table[m], y + (0.15 if k == 0 else -0.15), xerr=err, fmt="o" if k == 0 else "s", capsize=2,
+                      color="0.2" if k == 0 else "0.6", label=label)
+    left.set(yticks=y, yticklabels=[method_label(n) for n in names], xlabel="test set (%)", xlim=(-2, 102))
+    left.set_title("rates, mean [95 % interval]", fontsize=11)
+    pos = {n: yy for n, yy in zip(names, y)}
+    for k, (m, label) in enumerate(_RATES):
+        yy = np.array([pos[b] for b in diffs["baseline"]]) + (0.15 if k == 0 else -0.15)
+        err = np.vstack([diffs[m] - diffs[f"{m}_lo"], diffs[f"{m}_hi"] - diffs[m]])
+        right.errorbar(diffs[m], yy, xerr=err, fmt="o" if k == 0 else "s", capsize=2,
+                       color="0.2" if k == 0 else "0.6")
+    right.axvline(0, color=METHOD_COLORS.get(method, "C0"), lw=1)
+    right.set(xlabel=f"{method_label(method)} minus the row (pp)")
+    right.set_title("paired by seed, [95 % interval]", fontsize=11)
+    _legend_below(fig, [left], ncol=2)
+    return fig
+
+
+def validation_curves(curves: pd.DataFrame, measure: str = "success") -> plt.Figure:
+    """Validation ``measure`` by step per method: the chosen value solid (mean over its seeds), the other dashed."""
+    methods = list(dict.fromkeys(curves["method"]))
+    cols = 4
+    rows = int(np.ceil(len(methods) / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(WIDTH, 2.1 * rows + 0.8), sharex=True, sharey=True,
+                             layout="constrained", squeeze=False)
+    for ax, m in zip(axes.flat, methods):
+        sub = curves[curves["method"] == m]
+        for value, part in sub.groupby("value"):
+            chosen = bool(part["chosen"].iloc[0])
+            mean = part.groupby("step")[measure].mean()
+            ax.plot(mean.index, mean.values, ls="-" if chosen else "--", marker="o", ms=2.5,
+                    color=METHOD_COLORS.get(m), alpha=1.0 if chosen else 0.55,
+                    label=f"{value:g}" + (" (chosen)" if chosen else ""))
+        ax.set_title(method_label(m), fontsize=9)
+        ax.legend(fontsize=7, loc="best")
+        _fraction_axis(ax)
+    for ax in axes.flat[len(methods):]:
+        ax.remove()
+    fig.supxlabel("GRPO step")
+    fig.supylabel(f"validation {measure.replace('_', '-')}")
+    fig.suptitle("Validation curves of the search (mean over the search seeds; solid: the value chosen)", fontsize=11)
+    return fig
+
+
+def dose_response(dose: pd.DataFrame, x: str = "audit_ratio", xlabel: str | None = None) -> plt.Figure:
+    """SkillGate minus outcome-only (test set, paired seeds, 95 % interval) against a regime's audited starvation."""
+    fig, axes = plt.subplots(1, 2, figsize=(WIDTH, 3.8), layout="constrained", sharex=True)
+    for ax, (m, label) in zip(axes, _RATES[::-1]):
+        err = np.vstack([dose[f"{m}_diff"] - dose[f"{m}_lo"], dose[f"{m}_hi"] - dose[f"{m}_diff"]])
+        ax.errorbar(dose[x], dose[f"{m}_diff"], yerr=err, fmt="o", capsize=3, color=METHOD_COLORS.get("skillgate"))
+        for xi, yi, r in zip(dose[x], dose[f"{m}_diff"], dose["regime"]):
+            ax.annotate(r, (xi, yi), xytext=(6, 4), textcoords="offset points", fontsize=9, color="0.3")
+        ax.axhline(0, color="0.4", lw=0.8)
+        ax.set(ylabel=f"$\\Delta$ test {label} (pp)")
+        ax.set_title(f"SkillGate $-$ outcome-only: {label}", fontsize=11)
+    fig.supxlabel(xlabel or "predicted selector-signal ratio, SkillGate / outcome-only\n"
+                  "(theory fitted to each regime's outcome-only training log; right = more starved)", fontsize=9)
+    return fig
