@@ -5,7 +5,7 @@ skillgate_nofilter`` (``build/runs/dose/<regime>``) give the paired difference i
 oracle-read and success, SkillGate minus outcome-only on the same seeds, with a bootstrap 95 %
 interval over seeds; the regime's starvation is what the probe of the warm start measured
 (``python -m skillgate_lib probe --regime R``: Value and the wrong-signed fraction of read
-advantages, ``build/probes/<name>.json``). Writes ``figures/fig5_dose_response.{png,pdf,csv}``
+advantages, ``build/probes/<name>.json``). Writes ``figures/figS_dose_pilot.{png,pdf,csv}`` (figure 5 is the powered study's, drawn by notebook 04)
 and prints the table::
 
     python scripts/dose_response.py --runs build/runs/dose --probes easy=build/probes/easy.json \\
@@ -89,7 +89,7 @@ def main() -> None:
     axes[0].invert_xaxis()  # shared x: once inverts both; left to right = more starved
     fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=2, frameon=False)
     fig.suptitle("Gain over outcome-only GRPO by regime (8 paired seeds, 95 % bootstrap interval)", fontsize=12)
-    plots.savefig("fig5_dose_response", fig, data=df, out_dir=a.out)
+    plots.savefig("figS_dose_pilot", fig, data=df, out_dir=a.out)
     cols = ["regime", "arm", "seeds", "probe_value", "oracle_read_outcome", "oracle_read_arm", "oracle_read_diff",
             "oracle_read_lo", "oracle_read_hi", "success_outcome", "success_arm", "success_diff", "success_lo",
             "success_hi"]

@@ -104,7 +104,8 @@ def paper_plan() -> Plan:
 def sweep_plan(regime: str, selection: dict, seeds: int = 8) -> Plan:
     """Outcome-only vs SkillGate in another regime, each at the value a finished study chose (no new search)."""
     arms = tuple(Arm(m, selection[m]["knob"], (selection[m]["value"],), seeds) for m in ("skillgate", "outcome"))
-    return Plan(f"sweep-{regime}", regime, arms, search_seeds=tuple(range(seeds)))
+    settings = {**Plan.__dataclass_fields__["settings"].default_factory(), "eval_every": 50}  # nothing to select on
+    return Plan(f"sweep-{regime}", regime, arms, search_seeds=tuple(range(seeds)), settings=settings)
 
 
 # --------------------------------------------------------------------------- running
