@@ -140,8 +140,8 @@ def _seeds(plan: Plan, arm: Arm) -> list[int]:
     return [*plan.search_seeds[: arm.seeds], *extra]
 
 
-def _test_eval(run_dir: str, regime: str, n: int, model: str | None, threads: int) -> None:
-    """Evaluate a run's final adapter (or ``model`` alone) on the test set; writes ``run_dir/test.json``."""
+def test_record(run_dir: str | Path, regime: str, n: int, model: str | None = None, threads: int = 1) -> dict:
+    """A run's final adapter (or ``model`` alone) on ``n`` test instances of ``regime``: the ``test.json`` record."""
     import torch
 
     from . import regimes
@@ -149,7 +149,6 @@ def _test_eval(run_dir: str, regime: str, n: int, model: str | None, threads: in
     from .models import load_policy
 
     torch.set_num_threads(threads)
-    run_dir = Path(run_dir)
     if model is None:
         policy, tokenizer, config = load_adapter(run_dir)
         temperature = float(config.get("temperature", 1.0))
@@ -159,9 +158,17 @@ def _test_eval(run_dir: str, regime: str, n: int, model: str | None, threads: in
     t0 = time.perf_counter()
     summary = summarize(evaluate(policy, tokenizer, r.env(), n, r.max_new_tokens, temperature=temperature, split="test"),
                         prefix="test")
-    record = {"split": "test", "tasks": n, "regime": regime, "seconds": time.perf_counter() - t0, **summary}
-    run_dir.mkdir(parents=True, exist_ok=True)
-    logs._atomic_write_bytes(run_dir / "test.json", (json.dumps(record, indent=1) + "\n").encode())
+    return {"split": "test", "tasks": n, "regime": regime, "seconds": time.perf_counter() - t0, **summary}
+
+
+test_record.__test__ = False  # a library function, not a pytest test
+
+
+def _test_eval(run_dir: str, regime: str, n: int, model: str | None, threads: int) -> None:
+    """:func:`test_record`, written atomically to ``run_dir/test.json``."""
+    record = test_record(run_dir, regime, n, model, threads)
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    logs._atomic_write_bytes(Path(run_dir) / "test.json", (json.dumps(record, indent=1) + "\n").encode())
 
 
 def _test_all(jobs: list[tuple], workers: int, progress: bool) -> None:

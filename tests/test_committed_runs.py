@@ -40,3 +40,25 @@ def test_committed_comparison_is_complete():
     table = results.final_metrics(RUNS)
     assert set(table["method"]) == {"sft", *methods.compared()}
     assert (table.query("method != 'sft'").groupby("method").size() == 3).all()
+
+
+STUDY = paths.DATA_DIR / "runs" / "study" / "paper"
+
+
+def test_a_committed_study_adapter_reproduces_its_test_set_numbers():
+    """The powered study's reported numbers are what its adapters produce on the test set
+    (a SkillGate run at the chosen lambda, on a seed beyond the search)."""
+    import json
+
+    from skillgate_lib import study
+
+    selection = json.loads((STUDY / "selection.json").read_text())
+    plan = study.paper_plan()
+    run = STUDY / study.run_name(plan.arm("skillgate"), selection["skillgate"]["value"], max(plan.search_seeds) + 1)
+    logged = json.loads((run / "test.json").read_text())
+    try:
+        now = study.test_record(run, plan.regime, plan.test_tasks, threads=1)
+    finally:
+        torch.set_num_threads(2)
+    for key in ("test/success", "test/oracle_read", "test/misleading_read", "test/reads"):
+        assert now[key] == pytest.approx(logged[key]), key
