@@ -225,7 +225,7 @@ def test_splits_hold_out_skill_start_pairs_and_domains(env):
     with pytest.raises(EpisodeError, match="domains"):
         env.sample_tasks(5, "train", seed=0, domains=["chess"])
     with pytest.raises(EpisodeError, match="split"):
-        env.sample_tasks(5, "test", seed=0)
+        env.sample_tasks(5, "dev", seed=0)
     with pytest.raises(EpisodeError, match="start"):
         env.make_task("ledger", "credit", "amber", "z", 2)
 
