@@ -99,6 +99,15 @@ def test_read_patterns_tolerate_spaces_and_skill_paths():
     assert readers.find_reads(text, tok.offsets(text), readers.DEFAULT_READ_PATTERNS) == [("a-b", 1, 2), ("c-d", 5, 6)]
 
 
+def test_a_name_written_as_words_is_the_slate_skill_it_names():
+    """The kit writes ``<read> ledger credit amber </read>`` for skill ``ledger-credit-amber``."""
+    text = "<read> ledger credit amber </read> step 1 : 4 8"
+    tok = readers.WhitespaceTokenizer()
+    assert readers.find_reads(text, tok.offsets(text), readers.DEFAULT_READ_PATTERNS) == [("ledger credit amber", 1, 4)]
+    meta = {"skills": {"ledger-credit-amber": "oracle", "ledger-credit-teal": "misleading"}}
+    assert readers.rows.categorise(["ledger credit amber", "ledger-credit-teal"], meta, object()) == ["oracle", "misleading"]
+
+
 @pytest.mark.parametrize("with_advantage", [True, False])
 def test_trl_matches_kit_table(tmp_path, opts, with_advantage):
     """Logged or recomputed, TRL gives the same table as the kit's own format for the same rollouts."""

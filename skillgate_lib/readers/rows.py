@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from skillgate_lib.env.names import skill_name
 from skillgate_lib.logs import TRAJECTORY_SCHEMA, ArtifactError
 from skillgate_lib.readers import fields
 from skillgate_lib.readers.fields import BadValue
@@ -21,7 +22,7 @@ from skillgate_lib.readers.tokenizers import Tokenizer
 
 #: Read-action patterns; each has a ``name`` group whose characters are the selector span.
 DEFAULT_READ_PATTERNS = (
-    r"<read>\s*(?P<name>[^<>\s]+?)\s*</read>",
+    r"<read>\s*(?P<name>[^<>]+?)\s*</read>",  # a name of one or more words (the kit writes words)
     r"~/\.claude/skills/(?P<name>[^/\s]+)/SKILL\.md",
 )
 
@@ -123,11 +124,12 @@ def categorise(names: list[str], meta: dict | None, tasks: TaskTable | None) -> 
     if meta is None:
         raise UnknownSkill(f"field 'read_skills': no task in {tasks.source} matches this row's task_id or prompt; "
                            f"expected one ({EXPECTED})")
-    unknown = [n for n in names if n not in meta["skills"]]
+    keys = [n if n in meta["skills"] else skill_name(n) for n in names]  # "a b c" names slate skill "a-b-c"
+    unknown = [n for n, k in zip(names, keys) if k not in meta["skills"]]
     if unknown:
         raise UnknownSkill(f"field 'read_skills': unknown skill {unknown[0]!r}; "
                            f"expected one of the task's slate ({len(meta['skills'])} skills)")
-    return [meta["skills"][n] for n in names]
+    return [meta["skills"][k] for k in keys]
 
 
 def meta_field(rec: Mapping[str, Any], meta: dict | None, name: str, get: Callable) -> Any:
