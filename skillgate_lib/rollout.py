@@ -12,6 +12,9 @@ One decode loop serves every sequence in the batch with a KV cache:
   marked as environment tokens and carry no loss.
 * Sequences that have ended leave the batch (their cache rows are dropped) once a quarter of
   the batch has ended, so the last long episodes do not drag finished ones along.
+* The forward passes run in :mod:`skillgate_lib.decoder`: for the embedded Llama a lean
+  decoder (preallocated cache, no per-module overhead) whose logits equal the model's own bit
+  for bit, for any other model the model's own forward.
 
 Bookkeeping crosses from tensors to Python once per step (the sampled ids), not per token.
 """
@@ -25,6 +28,7 @@ from dataclasses import dataclass, field
 import torch
 
 from skillgate_lib.credit import ReadSpan
+from skillgate_lib.decoder import make_decoder
 from skillgate_lib.env import Outcome, SkillSlateEnv, Task, token_spans
 from skillgate_lib.skills import Slate
 
@@ -141,14 +145,18 @@ def generate(
     generator: torch.Generator,
     score_rng=None,
     stats: dict | None = None,
+    lean: bool = True,
 ) -> list[Episode]:
     """Roll out one episode per ``(task, slate, group)`` item; returns scored episodes.
 
     Sampling draws from ``generator`` only, so a seeded generator gives the same
     episodes on CPU. ``max_new_tokens`` caps the whole response (policy and
     environment tokens; an insertion is cut at the cap), which ends runaway episodes.
-    ``stats``, when given, receives ``prefill_rows`` (distinct prompts run) and
-    ``decode_forwards`` (forward passes after the prefill).
+    ``lean`` runs the forward passes with :class:`~skillgate_lib.decoder.LeanLlama` when the
+    model is one it reproduces bit for bit (the embedded Llama), else with the model's own
+    forward; both give the same episodes. ``stats``, when given, receives ``prefill_rows``
+    (distinct prompts run), ``decode_forwards`` (forward passes after the prefill) and
+    ``decoder`` (the class that ran them).
     """
     model.eval()
     device = next(model.parameters()).device
@@ -171,18 +179,17 @@ def generate(
     replies: dict[str, list[int]] = {}  # each distinct inserted text is tokenised once
 
     with merged_lora(model) as policy:
+        decoder = make_decoder(policy, lean, room=max_new_tokens)
         # Each distinct prompt once, then its cache row copied to every rollout of it.
         order = list(prompts)
         position = {text: k for k, text in enumerate(order)}
         source = torch.tensor([position[t] for t in texts]) if len(order) < n else None
         ids, attn, pos = _left_pad([prompts[t] for t in order], pad)
-        out = policy(input_ids=ids.to(device), attention_mask=attn.to(device), position_ids=pos.to(device),
-                     use_cache=True, logits_to_keep=1)
-        cache, logits = out.cache, out.logits[:, -1].float()
+        logits = decoder.prefill(ids, attn, pos)
         last_pos = pos[:, -1]
         if source is not None:
-            cache.batch_select_indices(source.to(device))
-            logits, attn, last_pos = logits[source.to(device)], attn[source], last_pos[source]
+            decoder.select(source)
+            logits, last_pos = logits[source.to(device)], last_pos[source]
         rows = list(range(n))  # batch row -> episode index
         ended = [False] * n
         forwards = 0
@@ -217,8 +224,8 @@ def generate(
                 break
             if len(rows) - len(live) >= max(1, len(rows) // 4):  # drop ended rows from the batch
                 keep = torch.tensor(live)
-                cache.batch_select_indices(keep.to(device))
-                attn, last_pos = attn[keep], last_pos[keep]
+                decoder.select(keep)
+                last_pos = last_pos[keep]
                 rows, chunks = [rows[b] for b in live], [chunks[b] for b in live]
             width = max(len(c) for c in chunks)
             step = torch.full((len(rows), width), pad, dtype=torch.long)
@@ -228,15 +235,11 @@ def generate(
                 new_attn[b, : len(c)] = 0 if ended[i] else 1
             lengths = new_attn.sum(1)
             positions = last_pos[:, None] + 1 + torch.arange(width)
-            attn = torch.cat([attn, new_attn], dim=1)
-            out = policy(input_ids=step.to(device), attention_mask=attn.to(device), position_ids=positions.to(device),
-                         cache=cache, use_cache=True, logits_to_keep=1 if width == 1 else 0)
-            cache, forwards = out.cache, forwards + 1
-            at = (lengths - 1).clamp_min(0).to(device)
-            logits = out.logits[torch.arange(len(rows), device=device), at if width > 1 else 0].float()
+            logits = decoder.step(step, new_attn, positions, lengths)
+            forwards += 1
             last_pos = last_pos + lengths
     if stats is not None:
-        stats.update(prefill_rows=len(order), decode_forwards=forwards)
+        stats.update(prefill_rows=len(order), decode_forwards=forwards, decoder=type(decoder).__name__)
     for e in episodes:
         annotate(e, env, tokenizer, rng=score_rng)
     return episodes

@@ -1,0 +1,324 @@
+"""The forward passes of :func:`skillgate_lib.rollout.generate`: the model's own, and a lean one.
+
+``generate`` asks three things of a decoder: run the left-padded distinct prompts
+(``prefill``), keep or copy batch rows (``select``), and run one step of chunks, one per row,
+right-padded with masked columns (``step``); each returns the logits the next tokens are
+sampled from. Two decoders answer:
+
+* :class:`HFDecoder` calls the model's forward with the cache it returns (a ``DynamicCache``
+  that grows by concatenation). It serves any causal LM.
+* :class:`LeanLlama` runs the same arithmetic for a ``LlamaForCausalLM`` without the module
+  machinery around it: the weights are read directly (LoRA wrappers unwrapped), keys and
+  values go into a preallocated cache per layer, RoPE comes from a table, and the 4-D mask
+  is built from a 2-D padding buffer. Its ops, their order and the shapes they run on are
+  those of ``transformers``' Llama, so its logits equal the model's own bit for bit (the
+  tests check this with ``torch.equal``); a model it cannot reproduce exactly raises
+  :class:`Unsupported`, and :func:`make_decoder` falls back to :class:`HFDecoder`.
+
+What the lean path leaves out is the growing cache's ``torch.cat`` (a copy of every key and
+value at every step: most of the general path's time, more so as the context grows) and the
+per-module overhead (hooks, peft's wrappers, mask building, RoPE). What it keeps is the
+arithmetic and sdpa's CPU kernel, which it has to share with the model's own forward to stay
+exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+class Unsupported(ValueError):
+    """The model is not one :class:`LeanLlama` reproduces exactly; its own forward has to serve."""
+
+
+def _pick_last(logits: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Each row's float logits at its last real column (``lengths`` real columns, at least one column)."""
+    width, device = logits.shape[1], logits.device
+    at = (lengths - 1).clamp_min(0).to(device)
+    return logits[torch.arange(len(lengths), device=device), at if width > 1 else 0].float()
+
+
+class HFDecoder:
+    """Any causal LM through its own forward; the 2-D attention mask of every column is kept here."""
+
+    def __init__(self, model):
+        self.model = model
+        self.device = next(model.parameters()).device
+        self.cache = None
+        self.attn: torch.Tensor | None = None
+
+    def prefill(self, ids: torch.Tensor, attn: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """Run the left-padded prompts; the logits after each prompt's last token."""
+        dev = self.device
+        out = self.model(input_ids=ids.to(dev), attention_mask=attn.to(dev), position_ids=pos.to(dev),
+                         use_cache=True, logits_to_keep=1)
+        self.cache, self.attn = out.cache, attn
+        return out.logits[:, -1].float()
+
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep (or repeat) the batch rows ``rows``, in that order."""
+        self.cache.batch_select_indices(rows.to(self.device))
+        self.attn = self.attn[rows]
+
+    def step(self, ids: torch.Tensor, attn: torch.Tensor, pos: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """Feed one chunk per row (``lengths`` real columns, then masked padding); each row's next-token logits."""
+        dev, width = self.device, ids.shape[1]
+        self.attn = torch.cat([self.attn, attn], dim=1)
+        out = self.model(input_ids=ids.to(dev), attention_mask=self.attn.to(dev), position_ids=pos.to(dev),
+                         cache=self.cache, use_cache=True, logits_to_keep=1 if width == 1 else 0)
+        self.cache = out.cache
+        return _pick_last(out.logits, lengths)
+
+
+@dataclass
+class _Layer:
+    """One decoder layer's weights (the parameters themselves, read at call time) and norm epsilons."""
+
+    input_norm: torch.Tensor
+    input_eps: float
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    o: torch.Tensor
+    post_norm: torch.Tensor
+    post_eps: float
+    gate: torch.Tensor
+    up: torch.Tensor
+    down: torch.Tensor
+
+    @classmethod
+    def of(cls, layer) -> _Layer:
+        """The weights of a ``LlamaDecoderLayer`` (LoRA wrappers looked through, see :func:`_weight`)."""
+        attn, mlp, pre, post = layer.self_attn, layer.mlp, layer.input_layernorm, layer.post_attention_layernorm
+        q, k, v, o, gate, up, down = (_weight(m, torch.nn.Linear) for m in (
+            attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj))
+        return cls(pre.weight, pre.variance_epsilon, q, k, v, o, post.weight, post.variance_epsilon, gate, up, down)
+
+
+def _base_llama(model):
+    """The ``LlamaForCausalLM`` under ``model`` (a peft wrapper is looked through); Unsupported otherwise."""
+    from peft import PeftModel
+    from transformers import LlamaForCausalLM
+
+    base = model.get_base_model() if isinstance(model, PeftModel) else model
+    if type(base) is not LlamaForCausalLM:
+        raise Unsupported(f"{type(base).__name__} is not a LlamaForCausalLM")
+    return base
+
+
+def _check_model(llama) -> None:
+    """Raise Unsupported unless the model is transformers' own Llama using only the features LeanLlama replicates."""
+    from transformers.models.llama import modeling_llama as hf
+
+    cfg, inner = llama.config, llama.model
+    parts = [(inner, hf.LlamaModel), (inner.norm, hf.LlamaRMSNorm)]
+    for layer in inner.layers[: cfg.num_hidden_layers]:
+        parts += [(layer, hf.LlamaDecoderLayer), (layer.self_attn, hf.LlamaAttention), (layer.mlp, hf.LlamaMLP),
+                  (layer.input_layernorm, hf.LlamaRMSNorm), (layer.post_attention_layernorm, hf.LlamaRMSNorm)]
+    checks = {
+        "a module is not transformers' Llama module": any(type(m) is not kind for m, kind in parts),
+        "attention is neither sdpa nor eager": cfg._attn_implementation not in ("sdpa", "eager"),
+        "RoPE is not the default kind (rope scaling)": inner.rotary_emb.rope_type != "default",
+        "attention or MLP projections have biases": bool(cfg.attention_bias or cfg.mlp_bias),
+        "the MLP activation is not silu": cfg.hidden_act != "silu",
+        "key/value heads are grouped (GQA)": cfg.num_key_value_heads != cfg.num_attention_heads,
+        "attention is not causal": not getattr(cfg, "is_causal", True),
+        "hub kernels replace some forwards": bool(getattr(llama, "use_kernels", False)),
+        "the model is in training mode (dropout)": llama.training,
+        "a module has forward hooks": any(m._forward_hooks or m._forward_pre_hooks for m in llama.modules()),
+    }
+    failed = [reason for reason, bad in checks.items() if bad]
+    if failed:
+        raise Unsupported("; ".join(failed))
+
+
+def _weight(module, kind: type) -> torch.Tensor:
+    """The weight parameter of a bias-free ``kind`` module, or of the base layer of a LoRA wrapper that
+    adds nothing to it (adapters disabled, as under ``rollout.merged_lora``, and not merged in place)."""
+    from peft.tuners.lora import LoraLayer
+
+    if isinstance(module, LoraLayer):
+        active = [a for a in module.active_adapters if a in module.lora_A or a in module.lora_embedding_A]
+        if module.merged or (active and not module.disable_adapters):
+            raise Unsupported("LoRA adapters are active; build the decoder inside rollout.merged_lora")
+        module = module.get_base_layer()
+    if type(module) is not kind or getattr(module, "bias", None) is not None:
+        raise Unsupported(f"{type(module).__name__} is not a bias-free {kind.__name__}")
+    return module.weight
+
+
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """LlamaRMSNorm: normalise in float32, cast back, then scale."""
+    dtype = x.dtype
+    x = x.to(torch.float32)
+    variance = x.pow(2).mean(-1, keepdim=True)
+    x = x * torch.rsqrt(variance + eps)
+    return weight * x.to(dtype)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """RoPE as transformers applies it: ``x cos + rotate_half(x) sin``."""
+    half = x.shape[-1] // 2
+    return (x * cos) + (torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin)
+
+
+class LeanLlama:
+    """Prefill and decode steps of a ``LlamaForCausalLM``, equal bit for bit to its own forward.
+
+    Build it where the weights to sample with are in place: under ``rollout.merged_lora`` the
+    LoRA update is folded into the base weights, and the parameters read here are those base
+    weights. It reads them at call time, so it must be used inside the same context.
+
+    The cache keeps, per layer, keys and values of shape ``(rows, heads, capacity, head_dim)``
+    and a boolean padding row per batch row; a step writes its columns after the used ones and
+    attends over exactly the used columns, as the model's growing cache would. ``room`` is the
+    number of columns reserved after the prompt; the cache doubles when a step needs more.
+    """
+
+    def __init__(self, model, room: int = 256):
+        llama = _base_llama(model)
+        _check_model(llama)
+        cfg, inner = llama.config, llama.model
+        self.embed = _weight(inner.embed_tokens, torch.nn.Embedding)
+        self.layers = [_Layer.of(layer) for layer in inner.layers[: cfg.num_hidden_layers]]
+        self.norm, self.norm_eps = inner.norm.weight, inner.norm.variance_epsilon
+        self.lm_head = _weight(llama.lm_head, torch.nn.Linear)
+        self.eager = cfg._attn_implementation == "eager"
+        self.heads, self.head_dim = cfg.num_attention_heads, inner.layers[0].self_attn.head_dim
+        self.scaling = inner.layers[0].self_attn.scaling
+        self.inv_freq, self.rope_scale = inner.rotary_emb.inv_freq, inner.rotary_emb.attention_scaling
+        self.device, self.dtype = self.embed.device, self.embed.dtype
+        self.room = room
+        self.cos = self.sin = torch.empty(0, self.head_dim, device=self.device, dtype=self.dtype)
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
+        self.padding = torch.empty(0, 0, dtype=torch.bool, device=self.device)
+        self.used = 0  # columns of the cache in use
+
+    # -- the decoder interface of rollout.generate -------------------------------------------
+
+    def prefill(self, ids: torch.Tensor, attn: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """Run the left-padded prompts into a fresh cache; the logits after each prompt's last token."""
+        rows, width = ids.shape
+        shape = (rows, self.heads, width + self.room, self.head_dim)
+        self.keys = [torch.empty(shape, device=self.device, dtype=self.dtype) for _ in self.layers]
+        self.values = [torch.empty(shape, device=self.device, dtype=self.dtype) for _ in self.layers]
+        self.padding = torch.zeros(rows, width + self.room, dtype=torch.bool, device=self.device)
+        self.used = 0
+        return self._forward(ids, attn, pos, logits_to_keep=1)[:, -1].float()
+
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep (or repeat) the batch rows ``rows``, in that order."""
+        rows = rows.to(self.device)
+        self.keys = [k[rows] for k in self.keys]
+        self.values = [v[rows] for v in self.values]
+        self.padding = self.padding[rows]
+
+    def step(self, ids: torch.Tensor, attn: torch.Tensor, pos: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """Feed one chunk per row (``lengths`` real columns, then masked padding); each row's next-token logits."""
+        width = ids.shape[1]
+        return _pick_last(self._forward(ids, attn, pos, logits_to_keep=1 if width == 1 else 0), lengths)
+
+    # -- the forward pass -----------------------------------------------------------------------
+
+    def _forward(self, ids: torch.Tensor, attn: torch.Tensor, pos: torch.Tensor, logits_to_keep: int) -> torch.Tensor:
+        """LlamaForCausalLM.forward on new columns ``ids`` after the cached ones: logits of the last
+        ``logits_to_keep`` columns (all of them for 0), the new keys and values left in the cache."""
+        start, width = self.used, ids.shape[1]
+        self._reserve(start + width)
+        self.padding[:, start: start + width] = attn.to(self.device, torch.bool)
+        self.used = start + width
+        mask = self._mask(start, width)
+        cos, sin = self._rope(pos)
+        x = F.embedding(ids.to(self.device), self.embed)
+        for i, layer in enumerate(self.layers):
+            x = x + self._attention(i, _rms_norm(x, layer.input_norm, layer.input_eps), cos, sin, mask)
+            h = _rms_norm(x, layer.post_norm, layer.post_eps)
+            x = x + F.linear(F.silu(F.linear(h, layer.gate)) * F.linear(h, layer.up), layer.down)
+        x = _rms_norm(x, self.norm, self.norm_eps)
+        return F.linear(x[:, -logits_to_keep:, :], self.lm_head)
+
+    def _attention(self, i: int, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask) -> torch.Tensor:
+        """LlamaAttention of layer ``i``: project, rotate, write the new keys/values, attend over the used columns."""
+        layer, (rows, width, _) = self.layers[i], x.shape
+        shape = (rows, width, -1, self.head_dim)
+        q = F.linear(x, layer.q).view(shape).transpose(1, 2)
+        k = F.linear(x, layer.k).view(shape).transpose(1, 2)
+        v = F.linear(x, layer.v).view(shape).transpose(1, 2)
+        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+        end, start = self.used, self.used - width
+        self.keys[i][:, :, start:end] = k
+        self.values[i][:, :, start:end] = v
+        keys, values = self.keys[i][:, :, :end], self.values[i][:, :, :end]
+        if self.eager:
+            weights = torch.matmul(q, keys.transpose(2, 3)) * self.scaling + mask
+            weights = F.softmax(weights, dim=-1, dtype=torch.float32).to(q.dtype)
+            out = torch.matmul(weights, values)
+        else:
+            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, dropout_p=0.0, scale=self.scaling,
+                                                 is_causal=mask is None and width > 1)
+        out = out.transpose(1, 2).contiguous().reshape(rows, width, -1)
+        return F.linear(out, layer.o)
+
+    # -- cache, mask and RoPE bookkeeping ---------------------------------------------------------
+
+    def _reserve(self, columns: int) -> None:
+        """Make the cache hold at least ``columns`` columns (doubling), keeping the used ones."""
+        capacity = self.padding.shape[1]
+        if columns <= capacity:
+            return
+        capacity = max(columns, 2 * capacity)
+        self.keys = [self._grow(k, capacity) for k in self.keys]
+        self.values = [self._grow(v, capacity) for v in self.values]
+        padding = torch.zeros(self.padding.shape[0], capacity, dtype=torch.bool, device=self.device)
+        padding[:, : self.used] = self.padding[:, : self.used]
+        self.padding = padding
+
+    def _grow(self, cache: torch.Tensor, capacity: int) -> torch.Tensor:
+        """A copy of one layer's keys or values with room for ``capacity`` columns."""
+        out = torch.empty(*cache.shape[:2], capacity, cache.shape[3], device=self.device, dtype=self.dtype)
+        out[:, :, : self.used] = cache[:, :, : self.used]
+        return out
+
+    def _mask(self, start: int, width: int):
+        """The 4-D mask ``create_causal_mask`` builds for this step: a column is seen when it is not after
+        the query's column and not padding. For sdpa, boolean, or None where transformers leaves the mask
+        out (no padding, and one query column or an empty cache); for eager, additive (0 or the dtype's min)."""
+        end = start + width
+        padding = self.padding[:, :end]
+        if not self.eager and (width == 1 or start == 0) and bool(padding.all()):
+            return None
+        causal = torch.arange(start, end, device=self.device)[:, None] >= torch.arange(end, device=self.device)[None, :]
+        mask = causal[None, None] & padding[:, None, None, :]
+        if self.eager:
+            mask = torch.where(mask, torch.zeros((), device=self.device, dtype=self.dtype), torch.finfo(self.dtype).min)
+        return mask
+
+    def _rope(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin at positions ``pos`` (rows, columns), shaped to broadcast over heads, from a
+        table computed as LlamaRotaryEmbedding computes them (grown when a position passes its end).
+        An entry depends on its position only (torch's vectorised and scalar cos and sin agree), so
+        it equals what the model computes for that position in a batch of any shape; a test checks."""
+        need = int(pos.max()) + 1
+        if need > self.cos.shape[0]:
+            size = max(need, 2 * self.cos.shape[0], 1024)
+            positions = torch.arange(size, device=self.device)[None]
+            freqs = positions[..., None].float() * self.inv_freq.to(self.device, torch.float)
+            emb = torch.cat((freqs, freqs), dim=-1)[0]
+            self.cos = (emb.cos() * self.rope_scale).to(self.dtype)
+            self.sin = (emb.sin() * self.rope_scale).to(self.dtype)
+        pos = pos.to(self.device)
+        return self.cos[pos].unsqueeze(1), self.sin[pos].unsqueeze(1)
+
+
+def make_decoder(model, lean: bool, room: int = 256):
+    """:class:`LeanLlama` when ``lean`` and the model is one it reproduces exactly, else :class:`HFDecoder`."""
+    if lean:
+        try:
+            return LeanLlama(model, room)
+        except Unsupported:
+            pass
+    return HFDecoder(model)
