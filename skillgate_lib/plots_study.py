@@ -11,7 +11,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from skillgate_lib.plots import METHOD_COLORS, WIDTH, _fraction_axis, _legend_below, method_label
+from matplotlib.ticker import PercentFormatter
+
+from skillgate_lib.plots import METHOD_COLORS, WIDTH, _legend_below, method_label
 
 _RATES = (("success", "success"), ("oracle_read", "oracle-read"))
 
@@ -42,7 +44,8 @@ def rates_and_differences(table: pd.DataFrame, diffs: pd.DataFrame, method: str 
 
 
 def validation_curves(curves: pd.DataFrame, measure: str = "success") -> plt.Figure:
-    """Validation ``measure`` by step per method: the chosen value solid (mean over its seeds), the other dashed."""
+    """Validation ``measure`` by step per method: the chosen value solid, the other dashed (mean over the
+    seeds in ``curves``: pass the search seeds only, so both values average the same seeds)."""
     methods = list(dict.fromkeys(curves["method"]))
     cols = 4
     rows = int(np.ceil(len(methods) / cols))
@@ -58,7 +61,9 @@ def validation_curves(curves: pd.DataFrame, measure: str = "success") -> plt.Fig
                     label=f"{value:g}" + (" (chosen)" if chosen else ""))
         ax.set_title(method_label(m), fontsize=9)
         ax.legend(fontsize=7, loc="best")
-        _fraction_axis(ax)
+        ax.yaxis.set_major_formatter(PercentFormatter(xmax=1, decimals=None))
+    top = curves.groupby(["method", "value", "step"])[measure].mean().max()
+    axes.flat[0].set_ylim(0, 1.15 * top + 0.005)  # shared by every panel
     for ax in axes.flat[len(methods):]:
         ax.remove()
     fig.supxlabel("GRPO step")
@@ -67,17 +72,23 @@ def validation_curves(curves: pd.DataFrame, measure: str = "success") -> plt.Fig
     return fig
 
 
-def dose_response(dose: pd.DataFrame, x: str = "audit_ratio", xlabel: str | None = None) -> plt.Figure:
-    """SkillGate minus outcome-only (test set, paired seeds, 95 % interval) against a regime's audited starvation."""
+def dose_response(dose: pd.DataFrame, x: str = "audit_signal", xlabel: str | None = None) -> plt.Figure:
+    """SkillGate minus outcome-only (test set, paired seeds, 95 % interval) against a regime's audited starvation.
+
+    ``x`` default: outcome-only's audited selector signal (Value x Share, in percent points x
+    percent / 100), drawn on an inverted axis so that right is more starved."""
     fig, axes = plt.subplots(1, 2, figsize=(WIDTH, 3.8), layout="constrained", sharex=True)
     for ax, (m, label) in zip(axes, _RATES[::-1]):
         err = np.vstack([dose[f"{m}_diff"] - dose[f"{m}_lo"], dose[f"{m}_hi"] - dose[f"{m}_diff"]])
-        ax.errorbar(dose[x], dose[f"{m}_diff"], yerr=err, fmt="o", capsize=3, color=METHOD_COLORS.get("skillgate"))
-        for xi, yi, r in zip(dose[x], dose[f"{m}_diff"], dose["regime"]):
+        xs = dose[x] * (100 if x == "audit_signal" else 1)
+        ax.errorbar(xs, dose[f"{m}_diff"], yerr=err, fmt="o", capsize=3, color=METHOD_COLORS.get("skillgate"))
+        for xi, yi, r in zip(xs, dose[f"{m}_diff"], dose["regime"]):
             ax.annotate(r, (xi, yi), xytext=(6, 4), textcoords="offset points", fontsize=9, color="0.3")
         ax.axhline(0, color="0.4", lw=0.8)
         ax.set(ylabel=f"$\\Delta$ test {label} (pp)")
         ax.set_title(f"SkillGate $-$ outcome-only: {label}", fontsize=11)
-    fig.supxlabel(xlabel or "predicted selector-signal ratio, SkillGate / outcome-only\n"
-                  "(theory fitted to each regime's outcome-only training log; right = more starved)", fontsize=9)
+    if x == "audit_signal":
+        axes[0].invert_xaxis()  # shared x: inverts both
+    fig.supxlabel(xlabel or "outcome-only's selector signal, audited Value x median Share (x 100)\n"
+                  "(each regime's own outcome-only training logs; right = more starved)", fontsize=9)
     return fig

@@ -172,9 +172,11 @@ def audit_outcome_runs(study_dir: str | Path, n_boot: int = 1000, seed: int = 0)
     """The audit of each outcome-only run of a study (its logged training rollouts), one row per seed.
 
     Columns: seed, share_median, dilution, sign_wrong, zero_credit (reads with no credit),
-    value with its interval, rollouts, and ``ratio``: the theory fitted to that log
-    (:func:`skillgate_lib.theory.fit_model`), SkillGate's selector signal over outcome-only's,
-    averaged over the log's horizons (the starvation the theory predicts SkillGate relieves).
+    value with its interval, rollouts, ``signal`` = value x share_median (outcome-only's
+    selector signal as the theory writes it, up to the factor (G-1)/G: small = starved), and
+    ``ratio``: the theory fitted to that log (:func:`skillgate_lib.theory.fit_model`),
+    SkillGate's selector signal over outcome-only's, each averaged over the log's horizons
+    first (NaN when the fitted outcome-only signal averages to 0 or below).
     """
     from skillgate_lib.audit import run_audit
 
@@ -186,11 +188,13 @@ def audit_outcome_runs(study_dir: str | Path, n_boot: int = 1000, seed: int = 0)
         ratio = math.nan
         if model is not None:
             hs = np.arange(int(result.bins["h_min"].min()), int(result.bins["h_max"].max()) + 1)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                ratio = float(np.nanmean(model.selector_signal_skillgate(hs) / model.selector_signal(hs)))
+            outcome_signal = float(np.nanmean(model.selector_signal(hs)))
+            if outcome_signal > 0:
+                ratio = float(np.nanmean(model.selector_signal_skillgate(hs))) / outcome_signal
         rows.append({"seed": r["seed"], "share_median": ov["share_median"], "dilution": result.dilution,
                      "sign_wrong": ov["sign_wrong"], "zero_credit": ov["sign_zero"], "value": ov["value"],
-                     "value_lo": ov["value_lo"], "value_hi": ov["value_hi"], "rollouts": result.n_rows, "ratio": ratio})
+                     "value_lo": ov["value_lo"], "value_hi": ov["value_hi"], "rollouts": result.n_rows,
+                     "signal": ov["value"] * ov["share_median"], "ratio": ratio})
     return pd.DataFrame(rows)
 
 
@@ -208,7 +212,7 @@ def dose_response(study_dirs: dict[str, str | Path], n_boot: int = 1000, seed: i
         table = summary_table(tests[tests["method"].isin(["skillgate", "outcome"])]).set_index("method")
         rows.append({"regime": regime, "seeds": int(diff["seeds"]),
                      **{f"audit_{c}": audits[c].mean() for c in ("share_median", "dilution", "sign_wrong", "zero_credit",
-                                                                 "value", "ratio")},
+                                                                 "value", "signal", "ratio")},
                      "audit_rollouts": int(audits["rollouts"].sum()),
                      **{f"{m}_{k}": diff[f"{m}{s}"] for m in ("success", "oracle_read")
                         for k, s in (("diff", ""), ("lo", "_lo"), ("hi", "_hi"))},
