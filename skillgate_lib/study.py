@@ -207,14 +207,14 @@ def _runs_of(plan: Plan, arm: Arm) -> int:
 def estimate_minutes(plan: Plan, workers: int, step_s: dict[str, float] | None = None) -> float:
     """Wall time of the whole plan from seconds per GRPO step by method (one thread each, ``workers`` at once).
 
-    ``step_s`` default: measured on this kind of machine (the committed comparison's
-    ``time/step_s``, paper regime, 4 x 8 rollouts; 0.95 s for the methods not named);
-    evaluations at about 10 s per 256 trials.
+    ``step_s`` default: measured on this kind of machine (``time/step_s`` of the committed
+    study's runs, 4 x 8 rollouts, two runs at once on 2 cores; 0.8 s for the methods not
+    named); evaluations at about 4 s per 256 trials, plus a few seconds to start each run.
     """
-    step_s = step_s or {"selection_bc": 0.35, "skill_free": 1.65}
-    evals = (plan.steps // plan.settings["eval_every"] + 1) * 10 * plan.settings["eval_tasks"] / 256
-    train = sum(_runs_of(plan, a) * (plan.steps * step_s.get(a.method, 0.95) + evals) for a in plan.arms)
-    tests = (sum(a.seeds for a in plan.arms) + 1) * 10 * plan.test_tasks / 256
+    step_s = step_s or {"selection_bc": 0.3, "skill_free": 1.1, "masked_exec": 0.5, "utility": 0.6}
+    evals = (plan.steps // plan.settings["eval_every"] + 1) * 4 * plan.settings["eval_tasks"] / 256 + 5
+    train = sum(_runs_of(plan, a) * (plan.steps * step_s.get(a.method, 0.8) + evals) for a in plan.arms)
+    tests = (sum(a.seeds for a in plan.arms) + 1) * (4 * plan.test_tasks / 256 + 5)
     return (train + tests) / workers / 60
 
 

@@ -12,7 +12,6 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from skillgate_lib.env.names import skill_name
 from skillgate_lib.logs import TRAJECTORY_SCHEMA, ArtifactError
 from skillgate_lib.readers import fields
 from skillgate_lib.readers.fields import BadValue
@@ -124,6 +123,8 @@ def categorise(names: list[str], meta: dict | None, tasks: TaskTable | None) -> 
     if meta is None:
         raise UnknownSkill(f"field 'read_skills': no task in {tasks.source} matches this row's task_id or prompt; "
                            f"expected one ({EXPECTED})")
+    from skillgate_lib.env.names import skill_name  # here: the env package loads the tokenizer (transformers)
+
     keys = [n if n in meta["skills"] else skill_name(n) for n in names]  # "a b c" names slate skill "a-b-c"
     unknown = [n for n, k in zip(names, keys) if k not in meta["skills"]]
     if unknown:
