@@ -88,7 +88,7 @@ def load_smollm2(cache_dir: str | Path | None = None) -> tuple[PreTrainedModel, 
             raise ModuleNotFoundError(f"loading SmolLM2 from its GGUF file needs the gguf package: {SMOLLM2_INSTALL}")
         gguf = smollm2_gguf()
         folder, name = str(gguf.parent), gguf.name
-        loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+        loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32, **LOAD_KWARGS)
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
         config = AutoConfig.from_pretrained(folder, gguf_file=name)
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
@@ -99,9 +99,15 @@ def load_smollm2(cache_dir: str | Path | None = None) -> tuple[PreTrainedModel, 
         tokenizer.save_pretrained(tmp)
         tmp.replace(target)  # a half-written cache never looks complete
     with quiet_loading():  # the one-off conversion above keeps its progress bar; this reload takes a second
-        model = AutoModelForCausalLM.from_pretrained(str(target), dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(str(target), dtype=torch.float32, **LOAD_KWARGS)
     return model, AutoTokenizer.from_pretrained(str(target))
 
+
+#: Keyword arguments of every model load here. Hub kernels stay off: transformers 5.25 turns them
+#: on by default when the ``kernels`` package is installed, and they fetch code from a hub and
+#: replace module forwards; the kit runs offline, and its lean decoder (:mod:`skillgate_lib.decoder`)
+#: reproduces the plain forwards, which it refuses to assume under kernels.
+LOAD_KWARGS = {"use_kernels": False}
 
 #: Committed checkpoints of the embedded model: the capacity-check base and the RL warm start.
 TINY_MODELS = {"tiny": paths.DATA_DIR / "models" / "tiny-sft", "tiny-base": paths.DATA_DIR / "models" / "tiny-base",
@@ -138,10 +144,10 @@ def load_policy(spec: str):
         if not (path / "config.json").exists():
             raise FileNotFoundError(f"{path}: no model; see README 'The embedded model' for the command that builds it")
         with quiet_loading():  # once per run: no bar for a load that takes milliseconds
-            return AutoModelForCausalLM.from_pretrained(path), load_tokenizer(path)
+            return AutoModelForCausalLM.from_pretrained(path, **LOAD_KWARGS), load_tokenizer(path)
     if spec == "smollm2-135m":
         return load_smollm2()
     tokenizer = AutoTokenizer.from_pretrained(spec)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    return AutoModelForCausalLM.from_pretrained(spec), tokenizer
+    return AutoModelForCausalLM.from_pretrained(spec, **LOAD_KWARGS), tokenizer

@@ -38,7 +38,7 @@ from . import logs, paths
 from .batching import pack, response_logits
 from .cli import add_fields, from_args
 from .env import SkillSlateEnv, load_tokenizer, mixed_reads
-from .models import tiny_llama
+from .models import LOAD_KWARGS, tiny_llama
 from .rollout import Episode
 from .seeding import seed_everything, stream_seed
 
@@ -165,7 +165,7 @@ def warmstart(cfg: WarmStartConfig, env: SkillSlateEnv | None = None, progress: 
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     if cfg.init:
-        model, tokenizer = AutoModelForCausalLM.from_pretrained(cfg.init), load_tokenizer(cfg.init)
+        model, tokenizer = AutoModelForCausalLM.from_pretrained(cfg.init, **LOAD_KWARGS), load_tokenizer(cfg.init)
     else:
         tokenizer = load_tokenizer()
         model = tiny_llama(tokenizer)
