@@ -88,6 +88,12 @@ def compared() -> tuple[str, ...]:
     return tuple(m.name for m in METHODS.values() if m.trainable and m.in_comparison)
 
 
+def in_order(names) -> list[str]:
+    """``names`` in the registry's display order; names it does not know come last, sorted."""
+    known = [m for m in METHODS if m in set(names)]
+    return known + sorted(set(names) - set(known))
+
+
 def of_config(config: Mapping) -> str:
     """The method name of a run from its ``config.json`` (or ``TrainConfig`` fields).
 

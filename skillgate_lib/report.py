@@ -24,12 +24,6 @@ REFERENCE = pd.DataFrame(
 )
 
 
-def _in_order(names) -> list[str]:
-    """``names`` in the registry's display order; names it does not know come last, sorted."""
-    known = [m for m in methods.METHODS if m in set(names)]
-    return known + sorted(set(names) - set(known))
-
-
 def results_table(traj: pd.DataFrame) -> pd.DataFrame:
     """The paper-shaped table: method x domain success, overall, oracle-read, misleading-read, reads per trial.
 
@@ -52,7 +46,7 @@ def results_table(traj: pd.DataFrame) -> pd.DataFrame:
         out[f"{c}_sd"] = std[c].round(1 if c != "reads" else 2)
     out["reads"] = mean["reads"].round(2)
     out = out.join(seeds)
-    return out.reindex(_in_order(out.index)).reset_index()
+    return out.reindex(methods.in_order(out.index)).reset_index()
 
 
 def by_horizon(traj: pd.DataFrame, measures=("success", "oracle_read")) -> pd.DataFrame:

@@ -136,11 +136,11 @@ def selected_runs(plan: Plan, out_dir: Path, chosen: dict) -> list[Path]:
 
 
 def _seeds(plan: Plan, arm: Arm) -> list[int]:
-    extra = [s for s in range(max(plan.search_seeds) + 1, 10_000) if s not in plan.search_seeds][: max(0, arm.seeds - len(plan.search_seeds))]
-    return [*plan.search_seeds[: arm.seeds], *extra]
+    first = max(plan.search_seeds) + 1
+    return [*plan.search_seeds[: arm.seeds], *range(first, first + max(0, arm.seeds - len(plan.search_seeds)))]
 
 
-def test_record(run_dir: str | Path, regime: str, n: int, model: str | None = None, threads: int = 1) -> dict:
+def evaluate_on_test(run_dir: str | Path, regime: str, n: int, model: str | None = None, threads: int = 1) -> dict:
     """A run's final adapter (or ``model`` alone) on ``n`` test instances of ``regime``: the ``test.json`` record."""
     import torch
 
@@ -161,12 +161,9 @@ def test_record(run_dir: str | Path, regime: str, n: int, model: str | None = No
     return {"split": "test", "tasks": n, "regime": regime, "seconds": time.perf_counter() - t0, **summary}
 
 
-test_record.__test__ = False  # a library function, not a pytest test
-
-
 def _test_eval(run_dir: str, regime: str, n: int, model: str | None, threads: int) -> None:
-    """:func:`test_record`, written atomically to ``run_dir/test.json``."""
-    record = test_record(run_dir, regime, n, model, threads)
+    """:func:`evaluate_on_test`, written atomically to ``run_dir/test.json``."""
+    record = evaluate_on_test(run_dir, regime, n, model, threads)
     Path(run_dir).mkdir(parents=True, exist_ok=True)
     logs._atomic_write_bytes(Path(run_dir) / "test.json", (json.dumps(record, indent=1) + "\n").encode())
 

@@ -64,16 +64,11 @@ def _wilson(p: float, n: int, z: float = 1.96) -> tuple[float, float]:
     return centre - half, centre + half
 
 
-def _order(names) -> list[str]:
-    known = [m for m in methods.METHODS if m in set(names)]
-    return known + sorted(set(names) - set(known))
-
-
 def summary_table(tests: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
     """Per method: seeds, and for each measure the mean with its 95 % interval (rates in percent)."""
     rng = np.random.default_rng(seed)
     rows = []
-    for method in _order(tests["method"].unique()):
+    for method in methods.in_order(tests["method"].unique()):
         sub = tests[tests["method"] == method]
         row = {"method": method, "seeds": len(sub) if method != "sft" else 0}
         for m in MEASURES:
@@ -95,7 +90,7 @@ def paired_differences(tests: pd.DataFrame, method: str = "skillgate", seed: int
     rng = np.random.default_rng(seed)
     base = tests[tests["method"] == method].set_index("seed")
     rows = []
-    for other in _order(set(tests["method"]) - {method, "sft"}):
+    for other in methods.in_order(set(tests["method"]) - {method, "sft"}):
         o = tests[tests["method"] == other].set_index("seed")
         seeds = base.index.intersection(o.index)
         row = {"baseline": other, "seeds": len(seeds)}

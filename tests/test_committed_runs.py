@@ -57,7 +57,7 @@ def test_a_committed_study_adapter_reproduces_its_test_set_numbers():
     run = STUDY / study.run_name(plan.arm("skillgate"), selection["skillgate"]["value"], max(plan.search_seeds) + 1)
     logged = json.loads((run / "test.json").read_text())
     try:
-        now = study.test_record(run, plan.regime, plan.test_tasks, threads=1)
+        now = study.evaluate_on_test(run, plan.regime, plan.test_tasks, threads=1)
     finally:
         torch.set_num_threads(2)
     for key in ("test/success", "test/oracle_read", "test/misleading_read", "test/reads"):
