@@ -76,7 +76,57 @@ def response_logits(model, batch: dict[str, torch.Tensor], share_prompts: bool =
     return torch.cat([first, out.logits.float()], dim=1)
 
 
-def response_logprobs(model, batch: dict[str, torch.Tensor], share_prompts: bool = True) -> torch.Tensor:
-    """(B, T) log-probabilities of the response tokens under ``model``."""
-    picked = response_logits(model, batch, share_prompts)
-    return torch.gather(F.log_softmax(picked, -1), 2, batch["response_ids"].to(picked.device)[..., None]).squeeze(-1)
+def response_logprobs(model, batch: dict[str, torch.Tensor], share_prompts: bool = True, buckets: int = 1) -> torch.Tensor:
+    """(B, T) log-probabilities of the response tokens under ``model`` (use them under ``response_mask``).
+
+    ``buckets > 1`` sorts the rows by response length and runs them in that many groups, each
+    right-padded to its own longest response instead of the batch's: one runaway episode no
+    longer makes every row pay for its length. The prompts still run once per distinct prompt
+    (``share_prompts``), their cache copied to each group's rows under autograd. The same
+    numbers as one padded batch up to rounding (other matmul shapes), so a run records the
+    setting (``TrainConfig.length_buckets``).
+    """
+    if buckets <= 1:
+        picked = response_logits(model, batch, share_prompts)
+        return torch.gather(F.log_softmax(picked, -1), 2, batch["response_ids"].to(picked.device)[..., None]).squeeze(-1)
+    return _bucketed_logprobs(model, batch, share_prompts, buckets)
+
+
+def _bucketed_logprobs(model, batch: dict[str, torch.Tensor], share_prompts: bool, buckets: int) -> torch.Tensor:
+    """:func:`response_logprobs` over groups of rows of similar response length."""
+    from transformers import DynamicCache
+
+    device = next(model.parameters()).device
+    ids, attn, pos = (batch[k].to(device) for k in ("input_ids", "attention_mask", "position_ids"))
+    targets = batch["response_ids"].to(device)
+    B, T = targets.shape
+    P = ids.shape[1] - T
+    unique, source = batch["unique"].to(device), batch["source"].to(device)
+    lengths = attn[:, P:].sum(1).clamp_min(1)  # real response columns of each row
+    share = share_prompts and len(unique) < len(source)
+    if share:
+        pre = model(input_ids=ids[unique, :P], attention_mask=attn[unique, :P], position_ids=pos[unique, :P],
+                    use_cache=True, logits_to_keep=1)
+        first = pre.logits[:, -1].float()  # column P-1 of each distinct prompt predicts response token 0
+        prompt_kv = [(layer.keys, layer.values) for layer in pre.cache.layers]
+    out = torch.zeros(B, T, device=device)
+    for rows in torch.tensor_split(torch.argsort(lengths.cpu(), stable=True).to(device), buckets):
+        if len(rows) == 0:
+            continue
+        width = int(lengths[rows].max())
+        if not share:
+            logits = model(input_ids=ids[rows, : P + width], attention_mask=attn[rows, : P + width],
+                           position_ids=pos[rows, : P + width], logits_to_keep=width + 1).logits[:, :width].float()
+        else:
+            src = source[rows]
+            logits = first[src, None]
+            if width > 1:
+                cache = DynamicCache()
+                for i, (keys, values) in enumerate(prompt_kv):
+                    cache.update(keys[src], values[src], i)
+                rest = model(input_ids=ids[rows, P : P + width - 1], attention_mask=attn[rows, : P + width - 1],
+                             position_ids=pos[rows, P : P + width - 1], cache=cache, use_cache=True).logits.float()
+                logits = torch.cat([logits, rest], dim=1)
+        picked = torch.gather(F.log_softmax(logits, -1), 2, targets[rows, :width, None]).squeeze(-1)
+        out = out.index_put((rows,), F.pad(picked, (0, T - width)))
+    return out

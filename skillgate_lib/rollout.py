@@ -146,6 +146,7 @@ def generate(
     score_rng=None,
     stats: dict | None = None,
     lean: bool = True,
+    min_new_tokens: int = 0,
 ) -> list[Episode]:
     """Roll out one episode per ``(task, slate, group)`` item; returns scored episodes.
 
@@ -156,7 +157,9 @@ def generate(
     model is one it reproduces bit for bit (the embedded Llama), else with the model's own
     forward; both give the same episodes. ``stats``, when given, receives ``prefill_rows``
     (distinct prompts run), ``decode_forwards`` (forward passes after the prefill) and
-    ``decoder`` (the class that ran them).
+    ``decoder`` (the class that ran them). ``min_new_tokens`` forbids EOS until a response holds
+    that many tokens, as ``generate``'s option of that name in ``transformers`` does (a benchmark
+    of long responses; the episodes then run on past their answer).
     """
     model.eval()
     device = next(model.parameters()).device
@@ -194,6 +197,9 @@ def generate(
         ended = [False] * n
         forwards = 0
         for _ in range(max_new_tokens):
+            if min_new_tokens > 0 and eos is not None:
+                short = torch.tensor([len(episodes[i].response_ids) < min_new_tokens for i in rows], device=logits.device)
+                logits[short, eos] = float("-inf")
             sampled = _sample(logits, temperature, generator).cpu()
             closing = closers[sampled].tolist()
             chunks = []

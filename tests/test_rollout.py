@@ -144,6 +144,36 @@ def test_shared_prompt_forward_matches_the_plain_one_with_gradients(policy):
     assert any(g.abs().sum() > 0 for g in g_plain)
 
 
+@pytest.mark.parametrize("share", [True, False])
+def test_length_buckets_match_one_padded_batch_with_gradients(policy, share):
+    """Rows grouped by response length, each group padded to its own longest response: the same
+    log-probs and LoRA gradients as one batch padded to the longest."""
+    from skillgate_lib.batching import pack, response_logprobs
+
+    model, tokenizer = policy
+    env = SkillSlateEnv()
+    episodes = generate(model, tokenizer, env, _items(env, 3, 4), 64, 1.0, torch.Generator().manual_seed(3))
+    lengths = sorted(len(e.response_ids) for e in episodes)
+    assert lengths[0] < lengths[-1], "equal lengths would not exercise the buckets"
+    batch = pack(episodes, tokenizer.pad_token_id)
+    params = [p for p in model.parameters() if p.requires_grad]
+    mask = batch["response_mask"]
+    weights = torch.rand(mask.shape) * mask
+    results = []
+    model.train()
+    for buckets in (1, 3, 20):  # 20 > rows: empty groups are skipped
+        model.zero_grad(set_to_none=True)
+        logp = response_logprobs(model, batch, share_prompts=share, buckets=buckets)
+        (logp * weights).sum().backward()
+        results.append((logp.detach(), [p.grad.clone() for p in params]))
+    (plain, g_plain), *bucketed = results
+    for logp, grads in bucketed:
+        torch.testing.assert_close(logp[mask], plain[mask], atol=1e-4, rtol=1e-4)
+        for a, b in zip(grads, g_plain):
+            torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-3)
+    assert any(g.abs().sum() > 0 for g in g_plain)
+
+
 def test_ended_rows_keep_nothing_after_their_end():
     """Rows that sampled EOS (or hit the cap) stay in the batch until enough have ended; they
     must not collect tokens meanwhile. The warm start ends episodes at many different lengths."""
