@@ -138,7 +138,7 @@ def run_kit(base, tokenizer, env: SkillSlateEnv, train_cfg: train.TrainConfig, n
     batch = pack(episodes, tokenizer.pad_token_id)
     model.train()
     with FlopCounterMode(display=False) as counter:
-        (response_logprobs(model, batch) * batch["response_mask"]).sum().backward()
+        (response_logprobs(model, batch, buckets=train_cfg.length_buckets) * batch["response_mask"]).sum().backward()
     opt.zero_grad(set_to_none=True)
     return dict(step_s=step_s, generate_s=gen_s, mean_response_tokens=resp_len, mean_prompt_tokens=prompt_len,
                 decode_forwards=forwards, reads_per_episode=reads, env_token_fraction=env_frac, mean_policy_tokens=policy_len,

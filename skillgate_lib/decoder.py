@@ -213,8 +213,8 @@ class LeanLlama:
     def select(self, rows: torch.Tensor) -> None:
         """Keep (or repeat) the batch rows ``rows``, in that order."""
         rows = rows.to(self.device)
-        self.keys = [k[rows] for k in self.keys]
-        self.values = [v[rows] for v in self.values]
+        self.keys = [self._take(k, rows) for k in self.keys]
+        self.values = [self._take(v, rows) for v in self.values]
         self.padding = self.padding[rows]
 
     def step(self, ids: torch.Tensor, attn: torch.Tensor, pos: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -277,6 +277,12 @@ class LeanLlama:
         padding[:, : self.used] = self.padding[:, : self.used]
         self.padding = padding
 
+    def _take(self, cache: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """Rows ``rows`` of one layer's keys or values, same capacity; only the used columns are copied."""
+        out = torch.empty(len(rows), *cache.shape[1:], device=self.device, dtype=self.dtype)
+        out[:, :, : self.used] = cache[rows, :, : self.used]
+        return out
+
     def _grow(self, cache: torch.Tensor, capacity: int) -> torch.Tensor:
         """A copy of one layer's keys or values with room for ``capacity`` columns."""
         out = torch.empty(*cache.shape[:2], capacity, cache.shape[3], device=self.device, dtype=self.dtype)
@@ -285,17 +291,18 @@ class LeanLlama:
 
     def _mask(self, start: int, width: int):
         """The 4-D mask ``create_causal_mask`` builds for this step: a column is seen when it is not after
-        the query's column and not padding. For sdpa, boolean, or None where transformers leaves the mask
-        out (no padding, and one query column or an empty cache); for eager, additive (0 or the dtype's min)."""
+        the query's column and not padding; None for sdpa where transformers leaves the mask out (no
+        padding, and one query column or an empty cache)."""
         end = start + width
         padding = self.padding[:, :end]
         if not self.eager and (width == 1 or start == 0) and bool(padding.all()):
             return None
         causal = torch.arange(start, end, device=self.device)[:, None] >= torch.arange(end, device=self.device)[None, :]
         mask = causal[None, None] & padding[:, None, None, :]
-        if self.eager:
-            mask = torch.where(mask, torch.zeros((), device=self.device, dtype=self.dtype), torch.finfo(self.dtype).min)
-        return mask
+        # Additive, once for every layer: 0 or the dtype's min for eager (as transformers builds it), 0 or
+        # -inf for sdpa (what sdpa turns a boolean mask into, in each layer, before its kernel runs).
+        hidden = torch.finfo(self.dtype).min if self.eager else float("-inf")
+        return torch.zeros(mask.shape, device=self.device, dtype=self.dtype).masked_fill_(~mask, hidden)
 
     def _rope(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin at positions ``pos`` (rows, columns), shaped to broadcast over heads, from a

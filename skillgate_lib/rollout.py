@@ -234,11 +234,9 @@ def generate(
                 last_pos = last_pos[keep]
                 rows, chunks = [rows[b] for b in live], [chunks[b] for b in live]
             width = max(len(c) for c in chunks)
-            step = torch.full((len(rows), width), pad, dtype=torch.long)
-            new_attn = torch.zeros((len(rows), width), dtype=torch.long)
-            for b, (i, c) in enumerate(zip(rows, chunks)):
-                step[b, : len(c)] = torch.tensor(c)
-                new_attn[b, : len(c)] = 0 if ended[i] else 1
+            step = torch.tensor([c + [pad] * (width - len(c)) for c in chunks], dtype=torch.long)
+            real = torch.tensor([0 if ended[i] else len(c) for i, c in zip(rows, chunks)])  # an ended row feeds nothing
+            new_attn = (torch.arange(width)[None] < real[:, None]).long()
             lengths = new_attn.sum(1)
             positions = last_pos[:, None] + 1 + torch.arange(width)
             logits = decoder.step(step, new_attn, positions, lengths)

@@ -34,14 +34,19 @@ def _items(env, n_prompts=6, group=3):
     return train.step_items(env, cfg, step=0)
 
 
-def test_greedy_rollouts_match_a_token_by_token_reference(policy):
+@pytest.mark.parametrize("cap,min_new", [(96, 0), (160, 0), (512, 512)])
+def test_greedy_rollouts_match_a_token_by_token_reference(policy, cap, min_new):
+    """At 512 EOS is forbidden until the cap (``min_new_tokens``), so every row is 512 tokens long."""
     model, tokenizer = policy
     env = SkillSlateEnv()
     items = _items(env)
-    episodes = generate(model, tokenizer, env, items, max_new_tokens=96, temperature=0.0,
-                        generator=torch.Generator().manual_seed(0))
+    episodes = generate(model, tokenizer, env, items, max_new_tokens=cap, temperature=0.0,
+                        generator=torch.Generator().manual_seed(0), min_new_tokens=min_new)
     assert sum(not m for e in episodes for m in e.policy_mask) > 0, "no skill body was inserted: nothing tested"
-    assert len({len(e.response_ids) for e in episodes}) > 1, "every row the same length: row dropping untested"
+    if min_new:
+        assert all(len(e.response_ids) == cap and tokenizer.eos_token_id not in e.response_ids for e in episodes)
+    else:
+        assert len({len(e.response_ids) for e in episodes}) > 1, "every row the same length: row dropping untested"
     model.eval()
     with torch.no_grad():
         for e in episodes:
@@ -50,7 +55,10 @@ def test_greedy_rollouts_match_a_token_by_token_reference(policy):
             P = len(e.prompt_ids)
             for t, (tok, is_policy) in enumerate(zip(e.response_ids, e.policy_mask)):
                 if is_policy:
-                    top2 = logits[P - 1 + t].topk(2)
+                    row = logits[P - 1 + t].clone()
+                    if t < min_new:
+                        row[tokenizer.eos_token_id] = float("-inf")
+                    top2 = row.topk(2)
                     if top2.values[0] - top2.values[1] > 1e-3:  # skip exact near-ties
                         assert tok == int(top2.indices[0]), f"{e.task.task_id}: token {t} differs from the reference"
             # every run of environment tokens is exactly the environment's reply at that point
