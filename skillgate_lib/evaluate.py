@@ -95,11 +95,13 @@ def summarize(episodes: list[Episode], prefix: str = "eval") -> dict[str, float]
 
 def heldout_tasks(env: SkillSlateEnv, n_tasks: int, split: str = "eval", domains=None, horizons=None):
     """``(tasks, seed)`` of a held-out set (module docstring): ``eval`` / ``val`` drawn with
-    replacement under :data:`EVAL_SEED`, ``test`` distinct under :data:`TEST_SEED`."""
+    replacement under :data:`EVAL_SEED`, ``test`` distinct under :data:`TEST_SEED`. ``train``
+    (the training chains, drawn like ``eval``) is no held-out set: beside ``eval`` it measures
+    how much of a model's execution is memorised chains rather than table lookups."""
     if split == "test":
         return env.distinct_tasks(n_tasks, "test", TEST_SEED, domains=domains, horizons=horizons), TEST_SEED
-    if split not in ("eval", "val"):
-        raise ValueError(f"held-out split must be eval, val or test; got {split!r}")
+    if split not in ("eval", "val", "train"):
+        raise ValueError(f"split must be eval, val, test or train; got {split!r}")
     return env.sample_tasks(n_tasks, split=split, seed=EVAL_SEED, domains=domains, horizons=horizons), EVAL_SEED
 
 
@@ -145,8 +147,9 @@ def evaluate_main(argv: list[str] | None = None) -> int:
                         "(default: tiny, or the run's own model with --adapter)")
     parser.add_argument("--adapter", type=Path, help="a training run directory: evaluate its final LoRA adapter")
     parser.add_argument("--tasks", type=int, default=400, help="held-out instances (default: 400)")
-    parser.add_argument("--split", default="eval", choices=("eval", "val", "test"),
-                        help="held-out set: the whole pool, its validation part or its test part (default: eval)")
+    parser.add_argument("--split", default="eval", choices=("eval", "val", "test", "train"),
+                        help="held-out set: the whole pool, its validation part or its test part; or train, the "
+                        "training chains, for the generalisation gap (default: eval)")
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature; 0 = greedy (default: 1)")
     parser.add_argument("--regime", help="environment preset of skillgate_lib.regimes (default: the run's with "
                         "--adapter, else easy)")
@@ -180,7 +183,8 @@ def evaluate_main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(summary, indent=1))
         return 0
-    print(f"{label}: {args.tasks} held-out tasks ({args.split}), temperature {args.temperature}")
+    kind = "training-chain tasks" if args.split == "train" else "held-out tasks"
+    print(f"{label}: {args.tasks} {kind} ({args.split}), temperature {args.temperature}")
     for m in ("success", "oracle_read", "misleading_read", "invalid_read", "reads", "last_oracle", "step_acc",
               "success_only_oracle", "success_last_oracle", "success_last_misleading"):
         v = summary[f"eval/{m}"]

@@ -26,6 +26,14 @@ def test_validation_and_test_sets_share_no_chain_and_the_test_set_is_distinct():
     assert {_pair(t) for t in train}.isdisjoint({_pair(t) for t in val + test})
 
 
+def test_the_training_chains_can_be_drawn_for_the_generalisation_gap_and_nothing_else_is_a_split():
+    env = SkillSlateEnv()
+    train, _ = heldout_tasks(env, 256, "train")
+    assert all(in_split(_pair(t), "train") for t in train)
+    with pytest.raises(ValueError, match="split must be eval, val, test or train; got 'training'"):
+        heldout_tasks(env, 8, "training")
+
+
 def test_asking_the_test_split_for_more_than_it_holds_names_its_size():
     with pytest.raises(ValueError, match="distinct instances"):
         SkillSlateEnv(horizons=(1,)).distinct_tasks(5000, "test", seed=0)
