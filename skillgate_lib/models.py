@@ -113,7 +113,10 @@ LOAD_KWARGS = {"use_kernels": False}
 TINY_MODELS = {"tiny": paths.DATA_DIR / "models" / "tiny-sft", "tiny-base": paths.DATA_DIR / "models" / "tiny-base",
                # the same two stages trained on horizons 1..16 (the ``paper_long`` regime)
                "tiny-long": paths.DATA_DIR / "models" / "tiny-long",
-               "tiny-base-long": paths.DATA_DIR / "models" / "tiny-base-long"}
+               "tiny-base-long": paths.DATA_DIR / "models" / "tiny-base-long",
+               # the base and warm start retrained on 65 table sets: execution by lookup, not recall
+               "tiny-lookup": paths.DATA_DIR / "models" / "tiny-lookup",
+               "tiny-base-lookup": paths.DATA_DIR / "models" / "tiny-base-lookup"}
 
 
 def model_fingerprint(spec: str) -> str | None:

@@ -101,11 +101,13 @@ def paper_plan() -> Plan:
     return Plan("paper", "paper", tuple(arms))
 
 
-def sweep_plan(regime: str, selection: dict, seeds: int = 8) -> Plan:
-    """Outcome-only vs SkillGate in another regime, each at the value a finished study chose (no new search)."""
+def sweep_plan(regime: str, selection: dict, seeds: int = 8, model: str = "tiny") -> Plan:
+    """Outcome-only vs SkillGate in another regime (or from another warm start ``model``), each at the
+    value a finished study chose (no new search)."""
     arms = tuple(Arm(m, selection[m]["knob"], (selection[m]["value"],), seeds) for m in ("skillgate", "outcome"))
     settings = {**Plan.__dataclass_fields__["settings"].default_factory(), "eval_every": 50}  # nothing to select on
-    return Plan(f"sweep-{regime}", regime, arms, search_seeds=tuple(range(seeds)), settings=settings)
+    name = f"sweep-{regime}" + (f"-{model}" if model != "tiny" else "")
+    return Plan(name, regime, arms, search_seeds=tuple(range(seeds)), model=model, settings=settings)
 
 
 # --------------------------------------------------------------------------- running
@@ -247,6 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--regime", help="the sweep's regime (skillgate_lib.regimes)")
     p.add_argument("--from", dest="source", type=Path, help="a finished study whose selection.json the sweep uses")
     p.add_argument("--seeds", type=int, default=8, help="seeds per method of a sweep (default: 8)")
+    p.add_argument("--model", default="tiny", help="the warm start a sweep trains from (default: tiny)")
     p.add_argument("--out-dir", type=Path, help="default: build/runs/study/<plan name>")
     p.add_argument("--workers", type=int, default=2, help="runs at once (the cores are split among them)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and its estimated wall time, run nothing")
@@ -262,7 +265,7 @@ def study_main(argv: list[str] | None = None) -> int:
         sel = args.source / "selection.json"
         if not sel.exists():
             p.error(f"{sel}: not found; finish that study's search first")
-        plan = sweep_plan(args.regime, json.loads(sel.read_text()), args.seeds)
+        plan = sweep_plan(args.regime, json.loads(sel.read_text()), args.seeds, args.model)
     else:
         plan = PLANS[args.plan]()
     out = args.out_dir or paths.BUILD_DIR / "runs" / "study" / plan.name

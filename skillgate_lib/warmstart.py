@@ -72,6 +72,9 @@ class WarmStartConfig:
     """Keep the peak lr after the warm-up instead of the cosine decay."""
     horizons: tuple[int, ...] = tuple(range(1, 9))
     """Task horizons of the demonstrations (uniform); e.g. 1..16 for the long-episode regime."""
+    table_seeds: int = 0
+    """0: the library's own tables. N > 0: each demonstration's tables are one of N + 1 sets, the library's
+    and N seeded others (``SkillSlateEnv(table_seed=...)``), so that values must be looked up in the body."""
     seed: int = 0
     """Seed of the model init and the demonstration stream."""
     threads: int = 2
@@ -89,6 +92,8 @@ class WarmStartConfig:
         for name in ("steps", "batch_size", "log_every", "checkpoint_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.table_seeds < 0:
+            raise ValueError(f"table_seeds must be >= 0, got {self.table_seeds}")
 
 
 def demonstration_reads(slate, rng: np.random.Generator, cfg: WarmStartConfig) -> list[str]:
@@ -162,6 +167,7 @@ def warmstart(cfg: WarmStartConfig, env: SkillSlateEnv | None = None, progress: 
     torch.set_num_threads(cfg.threads)
     seed_everything(cfg.seed)
     env = env or SkillSlateEnv(horizons=cfg.horizons)
+    envs = [env] + [SkillSlateEnv(horizons=cfg.horizons, table_seed=k) for k in range(1, cfg.table_seeds + 1)]
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     if cfg.init:
@@ -194,8 +200,12 @@ def warmstart(cfg: WarmStartConfig, env: SkillSlateEnv | None = None, progress: 
         tasks = env.sample_tasks(cfg.batch_size, split="train", seed=stream_seed(cfg.seed, step, 2))
         episodes, types = [], []
         for k, task in enumerate(tasks):
-            slate = env.slate(task, seed=stream_seed(cfg.seed, step, 3, k))
-            ep, ty = demo_episode(env, tokenizer, task, slate, demonstration_reads(slate, rng, cfg))
+            e = env
+            if len(envs) > 1:  # the same chain under another table set: its gold lines change with the values
+                e = envs[int(rng.integers(len(envs)))]
+                task = e.make_task(task.domain, task.family, task.variant, task.start, task.horizon)
+            slate = e.slate(task, seed=stream_seed(cfg.seed, step, 3, k))
+            ep, ty = demo_episode(e, tokenizer, task, slate, demonstration_reads(slate, rng, cfg))
             episodes.append(ep)
             types.append(ty)
         batch = pack(episodes, tokenizer.pad_token_id)

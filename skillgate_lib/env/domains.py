@@ -68,14 +68,16 @@ def _seeded(*parts: str) -> np.random.Generator:
     return np.random.default_rng(int.from_bytes(digest[:8], "little"))
 
 
-def family_tables(domain: str, family: str) -> tuple[dict[str, Table], Table]:
+def family_tables(domain: str, family: str, table_seed: int = 0) -> tuple[dict[str, Table], Table]:
     """``({variant: table}, unused_table)`` of one family; stable across runs (seeded by its name).
 
     For every key the six variants and the unused table give seven distinct values.
+    ``table_seed`` > 0 draws another set of tables of the same kind (a base trained on many
+    such sets has to look values up in the body it read rather than recall them).
     """
     dom = DOMAINS[domain]
     n = len(dom.symbols)
-    rng = _seeded(domain, family)
+    rng = _seeded(domain, family) if table_seed == 0 else _seeded(domain, family, f"tables-{table_seed}")
     sigma = rng.permutation(n)
     offsets = rng.choice(n, size=len(VARIANTS) + 1, replace=False)
 
@@ -85,7 +87,7 @@ def family_tables(domain: str, family: str) -> tuple[dict[str, Table], Table]:
     return {v: table(int(o)) for v, o in zip(VARIANTS, offsets)}, table(int(offsets[-1]))
 
 
-def lookalike_tables(domain: str, family: str, agreement: float) -> dict[str, Table]:
+def lookalike_tables(domain: str, family: str, agreement: float, table_seed: int = 0) -> dict[str, Table]:
     """The family's variant tables when look-alikes agree on part of their keys.
 
     ``agreement`` is the expected fraction of keys on which two variants of the family
@@ -93,7 +95,8 @@ def lookalike_tables(domain: str, family: str, agreement: float) -> dict[str, Ta
     key). Each variant keeps its own value at a key with probability ``1 - sqrt(agreement)``
     and otherwise takes the family's shared value there (the unused table's), so two variants
     agree at a key exactly when both took the shared value. The draws are seeded by the
-    family and variant names, so the tables are stable across runs.
+    family and variant names (and ``table_seed``, see :func:`family_tables`), so the tables
+    are stable across runs.
 
     A look-alike then executes the oracle's chain exactly while the chain stays on keys the
     two agree on: at horizon ``H`` it succeeds with probability about ``agreement ** H``,
@@ -101,13 +104,13 @@ def lookalike_tables(domain: str, family: str, agreement: float) -> dict[str, Ta
     """
     if not 0.0 <= agreement <= 1.0:
         raise ValueError(f"lookalike_agreement must lie in [0, 1], got {agreement}")
-    variants, shared = family_tables(domain, family)
+    variants, shared = family_tables(domain, family, table_seed)
     if agreement == 0.0:
         return variants
     p = float(np.sqrt(agreement))
     out = {}
     for v, table in variants.items():
-        rng = _seeded(domain, family, v, "agree")
+        rng = _seeded(domain, family, v, "agree", *([f"tables-{table_seed}"] if table_seed else []))
         take = rng.random(len(table)) < p
         out[v] = {k: (shared[k] if t else val) for (k, val), t in zip(table.items(), take)}
     return out

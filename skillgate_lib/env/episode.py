@@ -155,7 +155,7 @@ def _check_horizons(horizons: Iterable[int]) -> tuple[int, ...]:
     return horizons
 
 
-def _with_lookalike_tables(library: Mapping[str, Skill], agreement: float) -> dict[str, Skill]:
+def _with_lookalike_tables(library: Mapping[str, Skill], agreement: float, table_seed: int = 0) -> dict[str, Skill]:
     """``library`` with every embedded-domain skill's body rebuilt from :func:`lookalike_tables`."""
     tables: dict[tuple[str, str], dict[str, Table]] = {}
     out = {}
@@ -163,7 +163,7 @@ def _with_lookalike_tables(library: Mapping[str, Skill], agreement: float) -> di
         if s.domain in DOMAINS and s.family in DOMAINS[s.domain].families and s.variant in VARIANTS:
             key = (s.domain, s.family)
             if key not in tables:
-                tables[key] = lookalike_tables(s.domain, s.family, agreement)
+                tables[key] = lookalike_tables(s.domain, s.family, agreement, table_seed)
             s = dataclasses.replace(s, body=render_table(tables[key][s.variant]))
         out[name] = s
     return out
@@ -184,6 +184,9 @@ class SkillSlateEnv:
     Above 0 the bodies of the embedded domains' skills are rebuilt from their family's tables,
     so a misleading read succeeds while its chain stays on shared keys.
     ``horizons``: the horizons tasks are drawn from by default (uniformly).
+    ``table_seed``: above 0, every embedded-domain body is rebuilt from another seeded set of
+    tables of the same kind (same skills, names and task chains; other values), for training a
+    base that looks values up in the body instead of recalling the library's tables.
     """
 
     def __init__(
@@ -197,6 +200,7 @@ class SkillSlateEnv:
         show_slate: bool = True,
         lookalike_agreement: float = 0.0,
         horizons: Iterable[int] = range(1, 9),
+        table_seed: int = 0,
     ):
         if not 0.0 <= step_failure <= 1.0:
             raise ValueError(f"step_failure must lie in [0, 1], got {step_failure}")
@@ -204,8 +208,11 @@ class SkillSlateEnv:
             raise ValueError(f"max_reads must be >= 1, got {max_reads}")
         self.library = dict(load_library() if library is None else library)
         self.lookalike_agreement = lookalike_agreement
-        if lookalike_agreement != 0.0:
-            self.library = _with_lookalike_tables(self.library, lookalike_agreement)
+        if table_seed < 0:
+            raise ValueError(f"table_seed must be >= 0, got {table_seed}")
+        self.table_seed = table_seed
+        if lookalike_agreement != 0.0 or table_seed:
+            self.library = _with_lookalike_tables(self.library, lookalike_agreement, table_seed)
         self.horizons = _check_horizons(horizons)
         self.slate_sizes = tuple(slate_sizes)
         self.max_reads = max_reads
@@ -308,7 +315,7 @@ class SkillSlateEnv:
         task's domain; else (nothing to follow) one that no variant of the task's family uses."""
         if skill is not None and skill in self.tables and self.library[skill].domain == task.domain:
             return self.tables[skill]
-        return family_tables(task.domain, task.family)[1]
+        return family_tables(task.domain, task.family, self.table_seed)[1]
 
     # ------------------------------------------------------------------ slates and prompts
 
