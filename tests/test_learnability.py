@@ -4,7 +4,8 @@ An RL result is only believed when these pass. Both models are sampled at temper
 (the kit's evaluation temperature) on the same 256 held-out instances.
 
 * capacity (``tiny-base``, oracle-only demonstrations, never an RL start): the model *can*
-  select by the cue and execute by lookup;
+  select by the cue and execute by lookup; ``tiny-base`` misses on step accuracy because it
+  partly recalls the library's tables, ``tiny-base-lookup`` (retrained on 65 table sets) meets it;
 * RL warm start (``tiny``): it executes what it reads but has not learnt the choice.
 """
 
@@ -33,6 +34,13 @@ def base_eval(env):
 
 
 @pytest.fixture(scope="module")
+def lookup_base_eval(env):
+    model, tokenizer = load_policy("tiny-base-lookup")
+    episodes = evaluate(model, tokenizer, env, N_TASKS)
+    return summarize(episodes), episode_table(episodes)
+
+
+@pytest.fixture(scope="module")
 def warm_eval(env):
     model, tokenizer = load_policy("tiny")
     episodes = evaluate(model, tokenizer, env, N_TASKS)
@@ -45,6 +53,15 @@ def warm_eval(env):
 @pytest.mark.xfail(strict=True, reason="capacity gate not met: step accuracy after an oracle read 0.945 (< 0.97)")
 def test_capacity_model_selects_by_cue_and_executes(base_eval):
     s, df = base_eval
+    assert s["eval/oracle_read"] >= 0.95, s["eval/oracle_read"]
+    assert s["eval/step_acc"] >= 0.97, s["eval/step_acc"]
+    assert df.query("horizon == 8")["success"].mean() >= 0.75
+
+
+# Measured on the committed tiny-base-lookup (data/models/tiny-base-lookup/README.md) at T = 1 on these
+# 256 tasks: oracle-read 100 %, step accuracy after an oracle read 0.990, success at H = 8 86 %.
+def test_capacity_gate_holds_for_the_base_trained_on_many_table_sets(lookup_base_eval):
+    s, df = lookup_base_eval
     assert s["eval/oracle_read"] >= 0.95, s["eval/oracle_read"]
     assert s["eval/step_acc"] >= 0.97, s["eval/step_acc"]
     assert df.query("horizon == 8")["success"].mean() >= 0.75

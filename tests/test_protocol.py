@@ -225,3 +225,35 @@ def test_a_resumed_run_with_dynamic_sampling_draws_what_the_uninterrupted_run_dr
     b = resumed.query("split == 'train'")[cols].reset_index(drop=True)
     assert (a["groups/sampled"] > a["groups/kept"]).any(), "no step filtered anything: the test shows nothing"
     assert a.equals(b)
+
+
+def test_a_table_seed_changes_the_values_and_nothing_else():
+    """Another table set: the same skills, names, splits and chains of keys, other values; the
+    oracle's demonstration still succeeds and a look-alike's still fails; seed 0 is the library."""
+    base, other = SkillSlateEnv(), SkillSlateEnv(table_seed=3)
+    assert SkillSlateEnv(table_seed=0).library == base.library
+    assert set(other.library) == set(base.library) and other.index == base.index
+    changed = [n for n in base.tables if other.tables[n] != base.tables[n]]
+    assert len(changed) == len(base.tables)
+    for variants in (family_tables("ledger", "credit", 3)[0], lookalike_tables("ledger", "credit", 0.3, 3)):
+        assert variants != family_tables("ledger", "credit")[0]
+    for task in base.sample_tasks(40, "train", seed=2):
+        moved = other.make_task(task.domain, task.family, task.variant, task.start, task.horizon)
+        assert moved.task_id == task.task_id
+        slate = other.slate(moved, seed=0)
+        assert other.score(moved, slate, other.demonstration(moved, slate, [moved.oracle])).success
+        wrong = next(c.name for c in slate.candidates if c.category == "misleading")
+        assert not other.score(moved, slate, other.demonstration(moved, slate, [wrong])).success
+    with pytest.raises(ValueError, match="table_seed"):
+        SkillSlateEnv(table_seed=-1)
+
+
+def test_a_warm_start_on_several_table_sets_trains_and_records_them(tmp_path):
+    import json
+
+    from skillgate_lib.warmstart import WarmStartConfig, warmstart
+
+    warmstart(WarmStartConfig(steps=2, batch_size=4, table_seeds=2, out=str(tmp_path), threads=1), progress=False)
+    assert json.loads((tmp_path / "warmstart_config.json").read_text())["table_seeds"] == 2
+    with pytest.raises(ValueError, match="table_seeds"):
+        WarmStartConfig(table_seeds=-1)
