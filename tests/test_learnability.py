@@ -40,9 +40,10 @@ def lookup_base_eval(env):
     return summarize(episodes), episode_table(episodes)
 
 
-@pytest.fixture(scope="module")
-def warm_eval(env):
-    model, tokenizer = load_policy("tiny")
+@pytest.fixture(scope="module", params=["tiny", "tiny-lookup"])
+def warm_eval(env, request):
+    """Each committed RL warm start: ``tiny`` (from tiny-base) and ``tiny-lookup`` (from tiny-base-lookup)."""
+    model, tokenizer = load_policy(request.param)
     episodes = evaluate(model, tokenizer, env, N_TASKS)
     return summarize(episodes), episode_table(episodes)
 
