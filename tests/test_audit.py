@@ -199,3 +199,12 @@ def test_synthetic_log_recovers_the_theory(tmp_path):
     assert r.bins["sign_wrong"].to_numpy() == pytest.approx(model.sign_error(h), abs=0.03)
     assert r.bins["value"].to_numpy() == pytest.approx(model.value(h), abs=0.06)
     assert set(r.trends.set_index("measure").loc[["share_median", "sign_wrong"], "verdict"]) == {"worsens monotonically"}
+
+
+def test_a_log_without_any_read_is_audited_without_a_theory_overlay(tmp_path):
+    """A policy that stopped reading (it happens: an outcome-only run from tiny-lookup did within 10 steps)."""
+    rows = [_row(g, k, h, [], 0, 30, adv_exec=0.0, read_adv=[], sel_weight=0.0) for g, h in (("a", 1), ("b", 3))
+            for k in range(2)]
+    r = audit.run_audit(write_kit(tmp_path / "run", pd.DataFrame(rows)), n_boot=100, seed=0)
+    assert r.n_rows == 4 and r.overall["reads_per_trial"] == 0
+    assert r.model is None and "no read to fit" in r.model_note and r.curves.empty

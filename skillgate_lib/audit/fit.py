@@ -16,6 +16,8 @@ def fit_theory(eng: Engine) -> tuple[theory.StarvationModel | None, str]:
     if eng.horizon_kind != "steps":
         return None, "no theory overlay: the log has no step horizon (the model is in steps)"
     counts, lengths = eng.fit_inputs()
+    if counts.empty or counts["c"].sum() == 0 or pd.isna(lengths["k_read"]):
+        return None, "no theory overlay: the log has no read to fit (a policy that stopped reading, say)"
     # The likelihood depends on the data through these counts only, so scaling them down to
     # at most 2M rollouts keeps the fit (to rounding) and bounds memory.
     c = counts["c"].to_numpy()
