@@ -110,6 +110,20 @@ def sweep_plan(regime: str, selection: dict, seeds: int = 8, model: str = "tiny"
     return Plan(name, regime, arms, search_seeds=tuple(range(seeds)), model=model, settings=settings)
 
 
+#: The sweeps the kit reports beside the paper study, by the directory name they are written to:
+#: ``(regime, warm start)``. ``paper-lookup`` is the paper regime from the warm start that looks
+#: values up in the body (``tiny-lookup``) instead of recalling the library's tables.
+SWEEPS = {"easy": ("easy", "tiny"), "noisy": ("noisy", "tiny"), "paper-lookup": ("paper", "tiny-lookup")}
+
+
+def named_sweep(name: str, selection: dict, seeds: int = 8) -> Plan:
+    """The sweep :data:`SWEEPS` names, at the values of a finished study's ``selection``."""
+    if name not in SWEEPS:
+        raise ValueError(f"unknown sweep {name!r}; choose one of {', '.join(SWEEPS)}")
+    regime, model = SWEEPS[name]
+    return sweep_plan(regime, selection, seeds, model)
+
+
 # --------------------------------------------------------------------------- running
 
 def _final_val(run_dir: Path) -> float:

@@ -126,3 +126,12 @@ def test_paired_differences_pair_by_seed(tmp_path):
     fig = plots_study.rates_and_differences(table.reset_index(), diffs.reset_index())
     assert len(fig.axes) == 2
     plt.close(fig)
+
+
+def test_named_sweeps_carry_their_regime_and_warm_start():
+    selection = {"skillgate": {"knob": "selector_coef", "value": 0.2}, "outcome": {"knob": "lr", "value": 5e-3}}
+    plan = study.named_sweep("paper-lookup", selection)
+    assert (plan.regime, plan.model, plan.name) == ("paper", "tiny-lookup", "sweep-paper-tiny-lookup")
+    assert study.named_sweep("easy", selection).model == "tiny"
+    with pytest.raises(ValueError, match="unknown sweep 'hard'"):
+        study.named_sweep("hard", selection)
