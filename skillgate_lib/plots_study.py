@@ -10,7 +10,6 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-
 from matplotlib.ticker import PercentFormatter
 
 from skillgate_lib.plots import METHOD_COLORS, WIDTH, _legend_below, method_label

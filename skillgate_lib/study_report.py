@@ -167,7 +167,7 @@ def audit_outcome_runs(study_dir: str | Path, n_boot: int = 1000, seed: int = 0)
     """The audit of each outcome-only run of a study (its logged training rollouts), one row per seed.
 
     Columns: seed, share_median, dilution, sign_wrong, zero_credit (reads with no credit),
-    value with its interval, rollouts, ``signal`` = value x share_median (outcome-only's
+    value with its interval, rollouts, reads_per_trial, ``signal`` = value x share_median (outcome-only's
     selector signal as the theory writes it, up to the factor (G-1)/G: small = starved), and
     ``ratio``: the theory fitted to that log (:func:`skillgate_lib.theory.fit_model`),
     SkillGate's selector signal over outcome-only's, each averaged over the log's horizons
@@ -189,7 +189,7 @@ def audit_outcome_runs(study_dir: str | Path, n_boot: int = 1000, seed: int = 0)
         rows.append({"seed": r["seed"], "share_median": ov["share_median"], "dilution": result.dilution,
                      "sign_wrong": ov["sign_wrong"], "zero_credit": ov["sign_zero"], "value": ov["value"],
                      "value_lo": ov["value_lo"], "value_hi": ov["value_hi"], "rollouts": result.n_rows,
-                     "signal": ov["value"] * ov["share_median"], "ratio": ratio})
+                     "reads_per_trial": ov["reads_per_trial"], "signal": ov["value"] * ov["share_median"], "ratio": ratio})
     return pd.DataFrame(rows)
 
 
@@ -197,6 +197,9 @@ def dose_response(study_dirs: dict[str, str | Path], n_boot: int = 1000, seed: i
     """Per regime: the outcome runs' audited starvation (mean over seeds) beside SkillGate's paired gain on the test set.
 
     ``study_dirs``: regime -> a finished study holding outcome and skillgate runs on shared seeds.
+    The audit means leave out runs whose logged rollouts read nothing (a policy that stopped
+    reading has no selector credit to measure: its Share would count as 0 and its dilution as
+    infinite); ``audit_runs_without_reads`` counts them. The paired differences keep every seed.
     """
     rows = []
     for regime, d in study_dirs.items():
@@ -204,11 +207,13 @@ def dose_response(study_dirs: dict[str, str | Path], n_boot: int = 1000, seed: i
         diff = paired_differences(tests[tests["method"].isin(["skillgate", "outcome"])], seed=seed,
                                   measures=("success", "oracle_read")).iloc[0]
         audits = audit_outcome_runs(d, n_boot=n_boot, seed=seed)
+        reading = audits[audits["reads_per_trial"] > 0]
         table = summary_table(tests[tests["method"].isin(["skillgate", "outcome"])]).set_index("method")
         rows.append({"regime": regime, "seeds": int(diff["seeds"]),
-                     **{f"audit_{c}": audits[c].mean() for c in ("share_median", "dilution", "sign_wrong", "zero_credit",
+                     **{f"audit_{c}": reading[c].mean() for c in ("share_median", "dilution", "sign_wrong", "zero_credit",
                                                                  "value", "signal", "ratio")},
-                     "audit_rollouts": int(audits["rollouts"].sum()),
+                     "audit_rollouts": int(reading["rollouts"].sum()),
+                     "audit_runs_without_reads": len(audits) - len(reading),
                      **{f"{m}_{k}": diff[f"{m}{s}"] for m in ("success", "oracle_read")
                         for k, s in (("diff", ""), ("lo", "_lo"), ("hi", "_hi"))},
                      **{f"{m}_{meth}": table.loc[meth, m] for m in ("success", "oracle_read")

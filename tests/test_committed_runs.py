@@ -62,3 +62,16 @@ def test_a_committed_study_adapter_reproduces_its_test_set_numbers():
         torch.set_num_threads(2)
     for key in ("test/success", "test/oracle_read", "test/misleading_read", "test/reads"):
         assert now[key] == pytest.approx(logged[key]), key
+
+
+def test_the_dose_response_audits_only_outcome_runs_that_read():
+    """In the committed paper-lookup sweep one outcome-only seed stopped reading: it is counted, not averaged
+    (its Share would count as 0 and its dilution as infinite); the paired differences keep all 8 seeds."""
+    import math
+
+    from skillgate_lib import study_report
+
+    dose = study_report.dose_response({"paper-lookup": paths.DATA_DIR / "runs" / "study" / "paper-lookup"}, n_boot=50)
+    row = dose.iloc[0]
+    assert row["audit_runs_without_reads"] == 1 and row["seeds"] == 8
+    assert math.isfinite(row["audit_dilution"]) and row["audit_share_median"] > 0
