@@ -12,11 +12,15 @@ same seeds, and is judged on the same held-out instances. Conditions (``--condit
   selector_only        the selector channel alone (execution weight 0), lambda 1
   selector_only_nofilter  the same without the filter
   selection_bc         the reference's supervised fine-tune of the oracle's read call (no RL)
+  opener               SkillGate with each read's opener in the selector channel (skillgate_opener):
+                       the read/stop decision, which the reference partition leaves without credit
 
 Usage::
 
     python scripts/starvation_diagnosis.py --regime paper --seeds 0 1 2 3 --out build/runs/diagnosis
     python scripts/starvation_diagnosis.py --out build/runs/diagnosis --summary   # the table, from the runs
+    python scripts/starvation_diagnosis.py --model tiny-lookup --steps 100 --eval-every 25 \
+        --conditions outcome skillgate opener --out build/runs/read-stop          # the read/stop drift
 
 Runs resume; the table (mean and 95 % bootstrap interval over seeds of the final held-out
 success / oracle-read / reads per trial, and the paired difference to outcome) is written to
@@ -47,8 +51,9 @@ CONDITIONS: dict[str, tuple[str, dict]] = {
     "selector_only": ("selector_only", {"selector_coef": 1.0}),
     "selector_only_nofilter": ("selector_only", {"selector_coef": 1.0, "filter_groups": False}),
     "selection_bc": ("selection_bc", {}),
+    "opener": ("skillgate_opener", {}),
 }
-MEASURES = ("eval/success", "eval/oracle_read", "eval/misleading_read", "eval/reads", "eval/last_oracle")
+MEASURES = ("eval/success", "eval/oracle_read", "eval/misleading_read", "eval/reads", "eval/zero_read", "eval/last_oracle")
 
 
 def run(out: Path, conditions, seeds, workers: int, **shared) -> None:
@@ -59,6 +64,14 @@ def run(out: Path, conditions, seeds, workers: int, **shared) -> None:
         print(f"== {name}: {method} {extra}", flush=True)
         compare(methods=[method], seeds=tuple(seeds), out_dir=out / name, workers=workers, resume=True,
                 progress=False, **shared, **extra)
+
+
+def test_all(out: Path, regime: str, n: int, workers: int) -> None:
+    """Every finished run's final adapter on ``n`` test instances (``test.json``), apart from the held-out ``eval`` pool."""
+    from skillgate_lib.study import _test_all
+
+    runs = sorted(str(p.parent) for p in out.glob("*/*/adapter"))
+    _test_all([(r, regime, n, None, max(1, 2 // workers)) for r in runs], workers, progress=False)
 
 
 def final_table(out: Path) -> pd.DataFrame:
@@ -80,29 +93,37 @@ def final_table(out: Path) -> pd.DataFrame:
             row["active_reads_filtered_frac"] = (sum(x.get("reads/selector_active_filtered", 0) for x in tr) / active
                                                  if active else float("nan"))
             row["zero_read_frac"] = float(np.mean([x.get("train/zero_read", float("nan")) for x in tr]))
+            row["zero_read_last"] = float(np.mean([x.get("train/zero_read", float("nan")) for x in tr[-5:]]))
             row["train_reads_last"] = float(np.mean([x["train/reads"] for x in tr[-5:]])) if tr and "train/reads" in tr[-1] else float("nan")
+            if (run_dir / "test.json").exists():
+                test = json.loads((run_dir / "test.json").read_text())
+                row.update({m.replace("eval/", "test/"): test[m.replace("eval/", "test/")] for m in MEASURES})
             rows.append(row)
     return pd.DataFrame(rows)
 
 
 def summary(out: Path, seed: int = 0) -> pd.DataFrame:
+    """Per condition over seeds: mean and 95 % bootstrap interval, on the test set when every run has one."""
     df = final_table(out)
     rng = np.random.default_rng(seed)
+    pre = "test/" if "test/success" in df.columns and df["test/success"].notna().all() else "eval/"
     base = df[df["condition"] == "outcome"].set_index("seed")
     rows = []
     for cond, sub in df.groupby("condition", sort=False):
         r = {"condition": cond, "seeds": len(sub)}
-        for m in ("eval/success", "eval/oracle_read", "eval/reads"):
-            x = sub[m].to_numpy(float)
+        for m in ("success", "oracle_read", "reads", "zero_read"):
+            x = sub[pre + m].to_numpy(float)
             _, lo, hi = bootstrap_mean(x, np.ones(len(x)), 10_000, rng)
-            r[m] = f"{100 * x.mean():.1f} [{100 * lo:.1f}, {100 * hi:.1f}]" if m != "eval/reads" else f"{x.mean():.2f}"
-        paired = sub.set_index("seed")["eval/oracle_read"] - base["eval/oracle_read"]
-        paired = paired.dropna().to_numpy(float)
-        if cond != "outcome" and len(paired):
-            _, lo, hi = bootstrap_mean(paired, np.ones(len(paired)), 10_000, rng)
-            r["oracle_read - outcome (pp)"] = f"{100 * paired.mean():+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]"
+            r[pre + m] = f"{100 * x.mean():.1f} [{100 * lo:.1f}, {100 * hi:.1f}]" if m != "reads" else f"{x.mean():.2f}"
+        r["runs reading < 0.05 a trial"] = int((sub[pre + "reads"] < 0.05).sum())
+        for m in ("oracle_read", "success"):
+            if cond != "outcome" and len(base):
+                paired = (sub.set_index("seed")[pre + m] - base[pre + m]).dropna().to_numpy(float)
+                _, lo, hi = bootstrap_mean(paired, np.ones(len(paired)), 10_000, rng)
+                r[f"{m} - outcome (pp)"] = f"{100 * paired.mean():+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]"
         r["kept groups"] = f"{100 * sub['kept_frac'].mean():.0f} %"
         r["active reads in all-equal groups"] = f"{100 * sub['active_reads_filtered_frac'].mean():.0f} %"
+        r["train zero-read, last 5 steps"] = f"{100 * sub['zero_read_last'].mean():.1f} %"
         rows.append(r)
     return pd.DataFrame(rows)
 
@@ -121,6 +142,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=Path("build/runs/diagnosis"))
     p.add_argument("--regime", default="paper")
+    p.add_argument("--model", default="tiny", help="the warm start every condition trains from (default: tiny)")
+    p.add_argument("--eval-every", type=int, default=10)
     p.add_argument("--conditions", nargs="+", default=list(CONDITIONS), choices=list(CONDITIONS))
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3])
     p.add_argument("--steps", type=int, default=40)
@@ -128,11 +151,16 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=5e-3)
     p.add_argument("--eval-tasks", type=int, default=256)
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--test-tasks", type=int, default=0,
+                   help="also evaluate every final adapter on this many test instances (test.json); the table then "
+                        "reports the test set")
     p.add_argument("--summary", action="store_true", help="only print the table from the runs in --out")
     a = p.parse_args()
     if not a.summary:
         run(a.out, a.conditions, a.seeds, a.workers, regime=a.regime, steps=a.steps, prompts_per_step=a.prompts_per_step,
-            lr=a.lr, eval_tasks=a.eval_tasks, eval_every=10, log_train_every=1)
+            lr=a.lr, eval_tasks=a.eval_tasks, eval_every=a.eval_every, log_train_every=1, model=a.model)
+        if a.test_tasks:
+            test_all(a.out, a.regime, a.test_tasks, a.workers)
     final_table(a.out).to_csv(a.out / "final_table.csv", index=False)
     table = summary(a.out)
     table.to_csv(a.out / "summary.csv", index=False)

@@ -41,6 +41,9 @@ assigner                 credit                                                 
                          prior for unseen skills); only the executed (last served) read of
                          a trajectory is credited and centred
 ``selector_only``        ablation: ``skillgate``'s selector channel alone (execution weight 0)   yes
+``skillgate_opener``     ablation: ``skillgate`` with each read's opener (``<read>``) in the        yes
+                         selector channel beside its name, so the read/stop decision gets
+                         the read's selector advantage (under the reference it gets none)
 ``masked_exec``          the execution channel alone (ablation: the read call gets no credit)    no
 ``shaped``               broadcast GRPO on ``R_i + bonus * 1[trajectory read the oracle]``       no
 ``selection_bc``         the ``selection_bc_rl`` ablation: the execution channel, plus a         no
@@ -62,6 +65,7 @@ shares and the table above, so their formulas are read and compared in one place
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -515,6 +519,21 @@ def selector_only(inputs: CreditInputs, cfg: CreditConfig) -> Credit:
     return credit
 
 
+def skillgate_opener(inputs: CreditInputs, cfg: CreditConfig) -> Credit:
+    """Ablation: :func:`skillgate` with each read's opener token in its selector span.
+
+    Under the reference partition the ``<read>`` token, where the policy decides to read at
+    all (or to read again), is out of both channels: the read call is dropped from the
+    execution channel and the selector channel covers the name only. Here read ``j``'s
+    selector advantage ``s_j`` also lands on its opener, and its share of ``lambda`` is spread
+    over ``k_j + 1`` tokens. Everything else (utilities, active-read sharing, the filter) is
+    :func:`skillgate`'s. The logged Share stays the name tokens' (``Credit.selector_share``).
+    """
+    widened = dataclasses.replace(inputs, reads=[[dataclasses.replace(r, name_start=r.call_start) for r in spans]
+                                                 for spans in inputs.reads])
+    return skillgate(widened, cfg)
+
+
 def selection_bc(inputs: CreditInputs, cfg: CreditConfig) -> Credit:
     """The execution channel, plus the trainer's supervised loss on the oracle name (``bc_coef``)."""
     credit = masked_exec(inputs, cfg)
@@ -534,6 +553,7 @@ ASSIGNERS: dict[str, Assigner] = {
     "shaped": shaped,
     "selection_bc": selection_bc,
     "selector_only": selector_only,
+    "skillgate_opener": skillgate_opener,
 }
 
 

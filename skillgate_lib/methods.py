@@ -150,6 +150,8 @@ for _m in (
            ablation=True, in_comparison=False),
     Method("selector_only", "SkillGate, selector channel only", "#aec7e8", credit="selector_only", ablation=True,
            in_comparison=False),
+    Method("skillgate_opener", "SkillGate, read opener in the selector channel", "#393b79", credit="skillgate_opener",
+           ablation=True, in_comparison=False),
 ):
     register(_m)
 del _m

@@ -16,6 +16,9 @@ knob                     what it moves
                          on shared keys (about ``agreement ** H``). Value shrinks.
 ``horizons``             execution length per read: more step lines after the read, so the
                          name's share of the trajectory's tokens (Share) falls.
+``step_echo``            policy tokens per step line: each line restates the task (less its
+                         cue) this many times (9 tokens each), as an agent's steps carry
+                         restated context and call syntax; Share falls about 1 / H faster.
 =======================  ================================================================
 
 A regime is chosen from the audit of the RL warm start's own outcome-only rollouts
@@ -47,6 +50,8 @@ class Regime:
     """Expected fraction of keys on which two variants of a family (a look-alike and the oracle) agree."""
     horizons: tuple[int, ...] = tuple(range(1, 9))
     """Horizons (step lines after the read) tasks are drawn from, uniformly."""
+    step_echo: int = 0
+    """Times each step line restates the task after its lookup (9 policy tokens each; see :class:`SkillSlateEnv`)."""
     max_new_tokens: int = 160
     """Cap on response tokens (policy + inserted bodies) that fits the longest horizon."""
     note: str = ""
@@ -54,7 +59,7 @@ class Regime:
     def env(self, **overrides) -> SkillSlateEnv:
         """The environment of this regime; ``overrides`` go to :class:`SkillSlateEnv` (e.g. ``show_slate``)."""
         return SkillSlateEnv(step_failure=self.step_failure, lookalike_agreement=self.lookalike_agreement,
-                             horizons=self.horizons, **overrides)
+                             horizons=self.horizons, step_echo=self.step_echo, **overrides)
 
     def knobs(self) -> dict:
         """The knob values, as recorded in a run's ``config.json``."""
@@ -75,6 +80,9 @@ REGIMES: dict[str, Regime] = {
                max_new_tokens=224,
                note="paper with horizons 1..16, for Share; train with --model tiny-long (the H = 1..16 warm "
                     "start: tiny and tiny-base succeed 0 % beyond H = 8)"),
+        Regime("paper_echo", step_failure=0.15, lookalike_agreement=0.3, step_echo=4, max_new_tokens=448,
+               note="paper with step lines that restate the task 4 times (41 policy tokens a step): the name's "
+                    "share of the loss falls to the paper's order; train with --model tiny-echo"),
     )
 }
 
@@ -167,6 +175,7 @@ def probe_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--step-failure", type=float, help="override the preset's per-step failure")
     parser.add_argument("--lookalike-agreement", type=float, help="override the preset's look-alike agreement")
     parser.add_argument("--horizons", type=int, nargs="+", help="override the preset's horizons")
+    parser.add_argument("--step-echo", type=int, help="override the preset's step echo (policy tokens per step)")
     parser.add_argument("--max-new-tokens", type=int, help="override the preset's response cap")
     parser.add_argument("--groups", type=int, default=128, help="prompt groups (default: 128 x 8 = 1,024 rollouts)")
     parser.add_argument("--group-size", type=int, default=8, help="rollouts per prompt (default: 8)")
@@ -177,7 +186,7 @@ def probe_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     args = parser.parse_args(argv)
     regime = get(args.regime)
-    over = {k: getattr(args, k) for k in ("step_failure", "lookalike_agreement", "max_new_tokens")
+    over = {k: getattr(args, k) for k in ("step_failure", "lookalike_agreement", "step_echo", "max_new_tokens")
             if getattr(args, k) is not None}
     if args.horizons:
         over["horizons"] = tuple(args.horizons)

@@ -92,13 +92,15 @@ class TrainConfig:
     max_new_tokens: int | None = None
     """Cap on response tokens, policy + environment (default: the regime's)."""
     regime: str = "easy"
-    """Environment preset of skillgate_lib.regimes.REGIMES; the four knobs below override it when given."""
+    """Environment preset of skillgate_lib.regimes.REGIMES; the knobs below override it when given."""
     step_failure: float | None = None
     """Injected per-step failure probability, in training and evaluation alike (default: the regime's)."""
     lookalike_agreement: float | None = None
     """Fraction of keys on which a look-alike's table agrees with the oracle's (default: the regime's)."""
     horizons: tuple[int, ...] = ()
     """Task horizons, drawn uniformly (default: the regime's)."""
+    step_echo: int | None = None
+    """Times each step line restates the task (policy tokens per step; default: the regime's)."""
     skill_free: bool = False
     """Skill-free RL: trained with no slate and every read answered with an error; evaluated on the slate protocol."""
     domains: tuple[str, ...] = ()
@@ -144,7 +146,7 @@ class TrainConfig:
         if self.max_draws < 1:
             raise ValueError(f"max_draws must be >= 1, got {self.max_draws}")
         preset = regimes.get(self.regime)
-        for name in ("step_failure", "lookalike_agreement", "max_new_tokens"):
+        for name in ("step_failure", "lookalike_agreement", "step_echo", "max_new_tokens"):
             if getattr(self, name) is None:
                 setattr(self, name, getattr(preset, name))
         self.horizons = tuple(self.horizons) or preset.horizons
@@ -243,7 +245,7 @@ _RESUMABLE = {"threads", "length_buckets", "run_dir", "steps", "report_to"}  # a
 #: config.json lacks the field is compared against it (it trained without dynamic sampling, in
 #: the environment now called ``easy``), so it never resumes under another protocol.
 _BEFORE_FIELD = {"eval_split": "eval", "filter_groups": False, "max_draws": 1, "regime": "easy", "lookalike_agreement": 0.0,
-                 "horizons": list(range(1, 9)), "method": None}
+                 "horizons": list(range(1, 9)), "method": None, "step_echo": 0}
 
 
 def check_resume_config(run_dir: Path, cfg: TrainConfig) -> None:
@@ -267,7 +269,8 @@ def make_env(cfg: TrainConfig, train: bool = True) -> SkillSlateEnv:
     """
     domains = (cfg.domains if train else cfg.eval_domains) or None
     return SkillSlateEnv(step_failure=cfg.step_failure, lookalike_agreement=cfg.lookalike_agreement,
-                         horizons=cfg.horizons, domains=domains, show_slate=not (cfg.skill_free and train))
+                         horizons=cfg.horizons, step_echo=cfg.step_echo, domains=domains,
+                         show_slate=not (cfg.skill_free and train))
 
 
 def step_items(env: SkillSlateEnv, cfg: TrainConfig, step: int, draw: int = 0) -> list[tuple]:

@@ -68,6 +68,9 @@ class WarmStartConfig:
     """Model directory to start from; empty = a fresh tiny Llama."""
     variant_weight: float = 1.0
     """Loss weight of the read's variant token (the cue copy) relative to every other token."""
+    value_weight: float = 1.0
+    """Loss weight of each step line's looked-up value relative to every other token (long step lines
+    make it a small fraction of the tokens, as the name is of an RL trajectory)."""
     constant_lr: bool = False
     """Keep the peak lr after the warm-up instead of the cosine decay."""
     horizons: tuple[int, ...] = tuple(range(1, 9))
@@ -75,6 +78,8 @@ class WarmStartConfig:
     table_seeds: int = 0
     """0: the library's own tables. N > 0: each demonstration's tables are one of N + 1 sets, the library's
     and N seeded others (``SkillSlateEnv(table_seed=...)``), so that values must be looked up in the body."""
+    step_echo: int = 0
+    """Times each demonstration's step lines restate the task (``SkillSlateEnv(step_echo=...)``)."""
     seed: int = 0
     """Seed of the model init and the demonstration stream."""
     threads: int = 2
@@ -166,8 +171,9 @@ def warmstart(cfg: WarmStartConfig, env: SkillSlateEnv | None = None, progress: 
 
     torch.set_num_threads(cfg.threads)
     seed_everything(cfg.seed)
-    env = env or SkillSlateEnv(horizons=cfg.horizons)
-    envs = [env] + [SkillSlateEnv(horizons=cfg.horizons, table_seed=k) for k in range(1, cfg.table_seeds + 1)]
+    env = env or SkillSlateEnv(horizons=cfg.horizons, step_echo=cfg.step_echo)
+    envs = [env] + [SkillSlateEnv(horizons=cfg.horizons, table_seed=k, step_echo=cfg.step_echo)
+                    for k in range(1, cfg.table_seeds + 1)]
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     if cfg.init:
@@ -212,9 +218,10 @@ def warmstart(cfg: WarmStartConfig, env: SkillSlateEnv | None = None, progress: 
         logits = response_logits(model, batch)
         mask = batch["response_mask"]
         weight = mask.float()
-        if cfg.variant_weight != 1.0:
+        if cfg.variant_weight != 1.0 or cfg.value_weight != 1.0:
+            scale = {"variant": cfg.variant_weight, "value": cfg.value_weight}
             for i, ts in enumerate(types):
-                weight[i, : len(ts)] *= torch.tensor([cfg.variant_weight if t == "variant" else 1.0 for t in ts])
+                weight[i, : len(ts)] *= torch.tensor([scale.get(t, 1.0) for t in ts])
         logp = torch.gather(torch.log_softmax(logits, -1), 2, batch["response_ids"][..., None]).squeeze(-1)
         loss = -(logp * weight).sum() / weight.sum()
         opt.zero_grad(set_to_none=True)

@@ -138,7 +138,7 @@ def test_selection_bc_sets_the_supervised_coefficient():
 
 def test_registry_and_errors():
     assert set(credit.ASSIGNERS) == {"outcome", "skillgate", "skillgate_tokenmean", "utility", "masked_exec", "shaped",
-                                     "selection_bc", "selector_only"}
+                                     "selection_bc", "selector_only", "skillgate_opener"}
     with pytest.raises(ValueError, match="unknown credit assigner 'grpo'"):
         credit.assign("grpo", _inputs(**GROUP))
     with pytest.raises(ValueError, match="read span"):
@@ -290,3 +290,22 @@ def test_utility_names_its_missing_inputs():
         credit.assign("utility", _inputs(**GROUP))
     with pytest.raises(ValueError, match="CreditInputs.skill_values is None"):
         credit.assign("utility", _inputs(**GROUP, read_names=[["o"], ["m"], ["o"], []]))
+
+
+def test_opener_ablation_moves_the_reads_selector_advantage_onto_its_opener():
+    """``skillgate_opener``: each read's ``<read>`` token (position ``call_start``) gets the read's
+    selector advantage and a share of lambda; under ``skillgate`` it is in neither channel."""
+    inp = _inputs(**GROUP)
+    ref, abl = credit.assign("skillgate", inp), credit.assign("skillgate_opener", inp)
+    # reads 0..2 open at token 0 (name at 1); trajectory 3 made no read
+    assert all(ref.weights[i, 0] == 0 for i in range(3))
+    lam, n_active = 0.2, 3
+    u = [1.0, 0.0, 1.0]
+    for i in range(3):
+        s = u[i] - sum(u) / 3
+        assert abl.advantages[i, 0] == pytest.approx(s) and abl.advantages[i, 1] == pytest.approx(s)
+        assert abl.weights[i, 0] == pytest.approx(lam / (n_active * 2)) == abl.weights[i, 1]
+    # the execution channel and the logged read advantages are unchanged
+    exec_cols = [2, 3, 4, 5, 6, 7, 8, 9]
+    torch.testing.assert_close(abl.weights[:, exec_cols], ref.weights[:, exec_cols])
+    assert abl.read_adv == ref.read_adv

@@ -257,3 +257,44 @@ def test_a_warm_start_on_several_table_sets_trains_and_records_them(tmp_path):
     assert json.loads((tmp_path / "warmstart_config.json").read_text())["table_seeds"] == 2
     with pytest.raises(ValueError, match="table_seeds"):
         WarmStartConfig(table_seeds=-1)
+
+
+def test_step_echo_lengthens_every_step_line_and_the_verifier_checks_it():
+    """``step_echo`` restates the task, less its cue, after each lookup (9 policy tokens per echo): the oracle's
+    demonstration still succeeds, a wrong echo fails that step only, and the read's name becomes
+    a smaller share of the policy tokens (Share falls about 1 / H faster)."""
+    from skillgate_lib.env import load_tokenizer
+
+    tok = load_tokenizer()
+    plain, echo = SkillSlateEnv(), SkillSlateEnv(step_echo=4)
+    for task in plain.sample_tasks(30, "train", seed=4, horizons=range(2, 9)):
+        long = echo.make_task(task.domain, task.family, task.variant, task.start, task.horizon)
+        assert long.task_id == task.task_id and long.gold_answer == task.gold_answer
+        for short_line, long_line in zip(task.gold_steps, long.gold_steps):
+            assert long_line.startswith(short_line + " , ") and len(long_line.split()) == 5 + 4 * 9
+            assert long_line.endswith(f"{task.domain} {task.family} , start {task.start} , steps {task.horizon}")
+            assert f"mark {task.variant}" not in long_line  # the cue stays the selector's
+        slate = echo.slate(long, seed=0)
+        good = echo.demonstration(long, slate, [long.oracle])
+        out = echo.score(long, slate, good)
+        assert out.success and out.steps_ok == out.steps_correct == long.horizon
+        # the short form is no longer a right answer, and a slip in one echo costs that step
+        assert not echo.score(long, slate, plain.demonstration(task, slate, [task.oracle])).success
+        k = long.horizon // 2
+        slip = echo.score(long, slate, good.replace(long.gold_steps[k], long.gold_steps[k].replace(" , start", " , steps", 1)))
+        assert not slip.success and slip.steps_ok == long.horizon - 1
+        wrong = next(c.name for c in slate.candidates if c.category == "misleading")
+        assert not echo.score(long, slate, echo.demonstration(long, slate, [wrong])).success
+        n_short = len(tok(plain.demonstration(task, slate, [task.oracle]))["input_ids"])
+        assert len(tok(good)["input_ids"]) == n_short + 36 * long.horizon
+        assert tok.unk_token_id not in tok(good)["input_ids"]
+    assert echo.max_response_chars == 5 * plain.max_response_chars
+    with pytest.raises(ValueError, match="step_echo"):
+        SkillSlateEnv(step_echo=-1)
+
+
+def test_the_step_echo_knob_reaches_the_run_config_and_both_environments(tmp_path):
+    cfg = _cfg(tmp_path, regime="paper", step_echo=2)
+    assert train.make_env(cfg).step_echo == train.make_env(cfg, train=False).step_echo == 2
+    assert json.loads(json.dumps(train._config_record(cfg)))["step_echo"] == 2
+    assert _cfg(tmp_path, regime="paper").step_echo == regimes.get("paper").step_echo == 0

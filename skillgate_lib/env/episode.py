@@ -175,7 +175,7 @@ class SkillSlateEnv:
     ``library``: name -> Skill (default: the committed ``data/skills``).
     ``slate_sizes``: (oracle, misleading, relevant, irrelevant) counts per slate.
     ``max_reads``: reads served; the next read gets an error text and ends the read phase.
-    ``max_response_chars``: longer responses score 0 (malformed).
+    ``max_response_chars``: longer responses score 0 (malformed); default 2,000 per step-line form (x (1 + ``step_echo``)).
     ``step_failure``: injected probability that each step fails regardless of the text.
     ``domains``: default task domains (a subset of :data:`DOMAINS`; e.g. four for a held-out-domain run).
     ``show_slate``: False gives the skill-free variant: no slate in the prompt, every read an error.
@@ -187,6 +187,13 @@ class SkillSlateEnv:
     ``table_seed``: above 0, every embedded-domain body is rebuilt from another seeded set of
     tables of the same kind (same skills, names and task chains; other values), for training a
     base that looks values up in the body instead of recalling the library's tables.
+    ``step_echo``: each step line restates the task this many times after its lookup
+    (``step 1 : 4 8 , ledger credit , start 4 , steps 3``; 9 policy tokens per echo, checked by
+    the verifier like the rest of the line). It lengthens execution per step the way an agent's
+    restated context and tool-call syntax do, so the read's name becomes a smaller share of the
+    trajectory's loss weight (Share) without changing what must be chosen. The echo leaves out
+    the cue (``mark amber``): copying it is the selector's skill, and a warm start that reads
+    look-alikes unlearns it.
     """
 
     def __init__(
@@ -194,13 +201,14 @@ class SkillSlateEnv:
         library: Mapping[str, Skill] | None = None,
         slate_sizes: tuple[int, int, int, int] = (1, 5, 5, 5),
         max_reads: int = 4,
-        max_response_chars: int = 2000,
+        max_response_chars: int | None = None,
         step_failure: float = 0.0,
         domains: Sequence[str] | None = None,
         show_slate: bool = True,
         lookalike_agreement: float = 0.0,
         horizons: Iterable[int] = range(1, 9),
         table_seed: int = 0,
+        step_echo: int = 0,
     ):
         if not 0.0 <= step_failure <= 1.0:
             raise ValueError(f"step_failure must lie in [0, 1], got {step_failure}")
@@ -211,12 +219,15 @@ class SkillSlateEnv:
         if table_seed < 0:
             raise ValueError(f"table_seed must be >= 0, got {table_seed}")
         self.table_seed = table_seed
+        if step_echo < 0:
+            raise ValueError(f"step_echo must be >= 0, got {step_echo}")
+        self.step_echo = int(step_echo)
         if lookalike_agreement != 0.0 or table_seed:
             self.library = _with_lookalike_tables(self.library, lookalike_agreement, table_seed)
         self.horizons = _check_horizons(horizons)
         self.slate_sizes = tuple(slate_sizes)
         self.max_reads = max_reads
-        self.max_response_chars = max_response_chars
+        self.max_response_chars = 2000 * (1 + self.step_echo) if max_response_chars is None else max_response_chars
         self.step_failure = step_failure
         self.show_slate = show_slate
         # The table of every embedded-domain skill, parsed from its body, and the task index.
@@ -252,12 +263,21 @@ class SkillSlateEnv:
         if not 1 <= horizon <= MAX_HORIZON:
             raise EpisodeError(f"horizon must lie in 1..{MAX_HORIZON}, got {horizon}")
         steps, answer = run_chain(self.tables[oracle], start, horizon)
-        return Task(
+        task = Task(
             task_id=f"{oracle}-s{start}-h{horizon}", domain=domain, horizon=horizon, oracle=oracle, family=family,
             variant=variant, start=start,
             text=f"task : {domain} {family} , mark {variant} , start {start} , steps {horizon}",
             gold_steps=steps, gold_answer=answer,
         )
+        return dataclasses.replace(task, gold_steps=self._with_echo(steps, task)) if self.step_echo else task
+
+    def _echo(self, task: Task) -> str:
+        """What a step line appends after its lookup: the task, less its cue, restated ``step_echo`` times."""
+        return f" , {task.domain} {task.family} , start {task.start} , steps {task.horizon}" * self.step_echo
+
+    def _with_echo(self, lines: Sequence[str], task: Task) -> tuple[str, ...]:
+        echo = self._echo(task)
+        return tuple(line + echo for line in lines)
 
     def sample_tasks(
         self, n: int, split: str, seed: int, horizons: Iterable[int] | None = None, domains: Sequence[str] | None = None
@@ -440,11 +460,13 @@ class SkillSlateEnv:
 
     def _steps_ok(self, task: Task, lines: list[list[str]]) -> int:
         table = self.tables[task.oracle]
+        echo = self._echo(task).split()
         state, ok = task.start, 0
         for k, line in enumerate(lines[: task.horizon], start=1):
-            if len(line) == 5 and line[:3] == ["step", str(k), ":"] and line[3] == state and table.get(state) == line[4]:
+            if (len(line) == 5 + len(echo) and line[:3] == ["step", str(k), ":"] and line[3] == state
+                    and table.get(state) == line[4] and line[5:] == echo):
                 ok += 1
-            state = line[-1]
+            state = line[4] if self.step_echo and len(line) >= 5 else line[-1]
         return ok
 
     # ------------------------------------------------------------------ demonstrations
@@ -464,7 +486,7 @@ class SkillSlateEnv:
             if k > self.max_reads:
                 break
         steps, answer = run_chain(self.follow_table(task, served[-1] if served else None), task.start, task.horizon)
-        return "\n".join([*parts, *steps, f"{ANSWER_OPEN} {answer} {ANSWER_CLOSE}"])
+        return "\n".join([*parts, *self._with_echo(steps, task), f"{ANSWER_OPEN} {answer} {ANSWER_CLOSE}"])
 
     # ------------------------------------------------------------------ vocabulary
 
