@@ -138,6 +138,37 @@ def curves(out: Path, measure: str = "eval/oracle_read") -> pd.DataFrame:
     return pd.DataFrame(rows).pivot_table(index="step", columns="condition", values=measure, aggfunc="mean")
 
 
+def train_curves(out: Path, measure: str = "train/zero_read") -> pd.DataFrame:
+    """``measure`` of the training rollouts at every step, one row per (condition, seed, step)."""
+    rows = []
+    for path in sorted(out.glob("*/*/metrics.jsonl")):
+        seed = json.loads((path.parent / "config.json").read_text())["seed"]
+        for x in map(json.loads, path.read_text().splitlines()):
+            if x["split"] == "train" and measure in x:
+                rows.append({"condition": path.parent.parent.name, "seed": seed, "step": x["step"], measure: x[measure]})
+    return pd.DataFrame(rows)
+
+
+def read_stop_figure(out: Path, name: str, window: int = 5) -> None:
+    """Per condition, each seed's share of training trials that made no read (rolling mean over ``window``
+    steps): the read/stop drift, seed by seed, where a mean would hide the one seed that stops reading."""
+    import matplotlib.pyplot as plt
+
+    from skillgate_lib.plots import savefig
+
+    df = train_curves(out)
+    conds = sorted(dict.fromkeys(df["condition"]), key=lambda c: (list(CONDITIONS).index(c) if c in CONDITIONS else 99, c))
+    fig, axes = plt.subplots(1, len(conds), figsize=(3.4 * len(conds), 2.8), sharey=True, squeeze=False)
+    for ax, cond in zip(axes[0], conds):
+        for seed, sub in df[df["condition"] == cond].groupby("seed"):
+            ax.plot(sub["step"], sub["train/zero_read"].rolling(window, min_periods=1).mean(), lw=1.2, label=f"seed {seed}")
+        ax.set(title=cond, xlabel="GRPO step", ylim=(-0.03, 1.03))
+    axes[0][0].set_ylabel(f"trials with no read\n(rolling mean, {window} steps)")
+    axes[0][-1].legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    savefig(name, fig, data=df)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=Path("build/runs/diagnosis"))
@@ -155,6 +186,8 @@ def main() -> None:
                    help="also evaluate every final adapter on this many test instances (test.json); the table then "
                         "reports the test set")
     p.add_argument("--summary", action="store_true", help="only print the table from the runs in --out")
+    p.add_argument("--read-stop-figure", metavar="NAME",
+                   help="also draw each seed's zero-read share of training trials to figures/NAME.png")
     a = p.parse_args()
     if not a.summary:
         run(a.out, a.conditions, a.seeds, a.workers, regime=a.regime, steps=a.steps, prompts_per_step=a.prompts_per_step,
@@ -168,6 +201,8 @@ def main() -> None:
     oracle = curves(a.out)
     oracle.to_csv(a.out / "oracle_read_curves.csv")
     print("\nheld-out oracle-read by step (mean over seeds):\n" + (100 * oracle).round(1).to_markdown())
+    if a.read_stop_figure:
+        read_stop_figure(a.out, a.read_stop_figure)
 
 
 if __name__ == "__main__":
