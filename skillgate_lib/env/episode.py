@@ -175,7 +175,7 @@ class SkillSlateEnv:
     ``library``: name -> Skill (default: the committed ``data/skills``).
     ``slate_sizes``: (oracle, misleading, relevant, irrelevant) counts per slate.
     ``max_reads``: reads served; the next read gets an error text and ends the read phase.
-    ``max_response_chars``: longer responses score 0 (malformed); default 2,000 per step-line form (x (1 + ``step_echo``)).
+    ``max_response_chars``: longer responses score 0 (malformed); default 2,000 characters x (1 + ``step_echo``).
     ``step_failure``: injected probability that each step fails regardless of the text.
     ``domains``: default task domains (a subset of :data:`DOMAINS`; e.g. four for a held-out-domain run).
     ``show_slate``: False gives the skill-free variant: no slate in the prompt, every read an error.
