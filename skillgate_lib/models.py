@@ -117,7 +117,7 @@ TINY_MODELS = {"tiny": paths.DATA_DIR / "models" / "tiny-sft", "tiny-base": path
                # the base and warm start retrained on 65 table sets: execution by lookup, not recall
                "tiny-lookup": paths.DATA_DIR / "models" / "tiny-lookup",
                "tiny-base-lookup": paths.DATA_DIR / "models" / "tiny-base-lookup",
-               # the lookup base and warm start on step lines that restate the task 3 times (``step_echo``)
+               # the lookup base and warm start on step lines that restate the task 4 times (``step_echo``)
                "tiny-echo": paths.DATA_DIR / "models" / "tiny-echo",
                "tiny-base-echo": paths.DATA_DIR / "models" / "tiny-base-echo"}
 

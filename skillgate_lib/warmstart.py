@@ -165,6 +165,16 @@ def _accuracy(logits: torch.Tensor, batch, types: list[list[str]]) -> dict[str, 
     return out
 
 
+def checkpoint_diff(saved: dict, config: dict) -> dict:
+    """Fields (other than ``threads`` and ``out``) on which a checkpoint's config and ``config`` differ:
+    ``{field: (checkpoint, now)}``. A field the checkpoint predates counts at its default, which is
+    what that checkpoint trained with."""
+    defaults = {f.name: f.default for f in dataclasses.fields(WarmStartConfig)}
+    plain = {k: list(v) if isinstance(v, tuple) else v for k, v in config.items()}
+    old = {**{k: list(v) if isinstance(v, tuple) else v for k, v in defaults.items() if k not in saved}, **saved}
+    return {k: (old.get(k), v) for k, v in plain.items() if k not in ("threads", "out") and old.get(k) != v}
+
+
 def warmstart(cfg: WarmStartConfig, env: SkillSlateEnv | None = None, progress: bool = True):
     """Train (or resume) one warm-start stage; save the model to ``cfg.out``; return ``(model, tokenizer)``."""
     from transformers import AutoModelForCausalLM
@@ -188,8 +198,7 @@ def warmstart(cfg: WarmStartConfig, env: SkillSlateEnv | None = None, progress: 
     start = 0
     if ckpt.exists():
         state = torch.load(ckpt, weights_only=False)
-        diff = {k: (state["config"].get(k), v) for k, v in config.items() if k not in ("threads", "out")
-                and state["config"].get(k) != (list(v) if isinstance(v, tuple) else v)}
+        diff = checkpoint_diff(state["config"], config)
         if diff:
             raise ValueError(f"{ckpt}: written with other settings; differing fields (checkpoint, now): {diff}")
         model.load_state_dict(state["model"])

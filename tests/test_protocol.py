@@ -298,3 +298,16 @@ def test_the_step_echo_knob_reaches_the_run_config_and_both_environments(tmp_pat
     assert train.make_env(cfg).step_echo == train.make_env(cfg, train=False).step_echo == 2
     assert json.loads(json.dumps(train._config_record(cfg)))["step_echo"] == 2
     assert _cfg(tmp_path, regime="paper").step_echo == regimes.get("paper").step_echo == 0
+
+
+def test_a_warm_start_checkpoint_that_predates_a_field_resumes_at_its_default():
+    from dataclasses import asdict
+
+    from skillgate_lib.warmstart import WarmStartConfig, checkpoint_diff
+
+    now = asdict(WarmStartConfig(steps=10, threads=1, out="elsewhere"))
+    saved = json.loads(json.dumps({k: v for k, v in asdict(WarmStartConfig(steps=10)).items()
+                                   if k not in ("value_weight", "step_echo")}))  # as a checkpoint stores it
+    assert checkpoint_diff(saved, now) == {}
+    assert checkpoint_diff(saved, {**now, "step_echo": 4}) == {"step_echo": (0, 4)}
+    assert checkpoint_diff({**saved, "lr": 1e-3}, now) == {"lr": (1e-3, now["lr"])}
