@@ -119,7 +119,9 @@ TINY_MODELS = {"tiny": paths.DATA_DIR / "models" / "tiny-sft", "tiny-base": path
                "tiny-base-lookup": paths.DATA_DIR / "models" / "tiny-base-lookup",
                # the lookup base and warm start on step lines that restate the task 4 times (``step_echo``)
                "tiny-echo": paths.DATA_DIR / "models" / "tiny-echo",
-               "tiny-base-echo": paths.DATA_DIR / "models" / "tiny-base-echo"}
+               "tiny-base-echo": paths.DATA_DIR / "models" / "tiny-base-echo",
+               # the echo base's warm start with one read a trial, the oracle's about 2 in 3 (``paper_echo_f30``)
+               "tiny-echo-one": paths.DATA_DIR / "models" / "tiny-echo-one"}
 
 
 def model_fingerprint(spec: str) -> str | None:

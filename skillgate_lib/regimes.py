@@ -83,6 +83,10 @@ REGIMES: dict[str, Regime] = {
         Regime("paper_echo", step_failure=0.15, lookalike_agreement=0.3, step_echo=4, max_new_tokens=448,
                note="paper with step lines that restate the task 4 times (41 policy tokens a step): the name's "
                     "share of the loss falls to the paper's order; train with --model tiny-echo"),
+        Regime("paper_echo_f30", step_failure=0.3, lookalike_agreement=0.3, step_echo=4, max_new_tokens=448,
+               note="paper_echo with 30 % per-step failure, for the one-read warm start (--model tiny-echo-one, "
+                    "the oracle read in about 2 of 3 trials): its audit shows the paper's Share, a wrong-signed "
+                    "fraction that rises with H and a moderate Value"),
     )
 }
 
