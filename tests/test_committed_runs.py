@@ -90,3 +90,24 @@ def test_the_committed_paper_echo_outcome_run_shows_the_papers_share_and_a_moder
     assert bins["share_median"].iloc[-1] <= 0.02 and result.dilution >= 5.0
     assert 0.05 <= ov["value"] <= 0.25 and ov["value_lo"] > 0
     assert logs.read_config(paths.DATA_DIR / "runs" / "audit" / "paper_echo-outcome")["step_echo"] == 4
+
+
+def test_the_committed_paper_echo_f30_outcome_run_meets_every_audit_gate():
+    """Issue 18's gates, Sign included, on the committed outcome-only run of ``paper_echo_f30`` from the
+    one-read warm start (notebook 02's default): >= 1,024 trajectories; median Share <= 2 % in the longest
+    bin and >= 5x below the shortest; wrong-signed reads >= 30 % in the longest bin, rising with H
+    (Spearman p <= 0.05); Value between +5 and +25 pp with its 95 % interval above 0."""
+    from skillgate_lib.audit import run_audit
+
+    run_dir = paths.DATA_DIR / "runs" / "audit" / "paper_echo_f30-outcome"
+    result = run_audit(run_dir, n_boot=500, seed=0)
+    bins, ov = result.bins, result.overall
+    trend = result.trends.set_index("measure")
+    assert result.n_rows >= 1024
+    assert bins["share_median"].iloc[-1] <= 0.02 and result.dilution >= 5.0
+    assert bins["sign_wrong"].iloc[-1] >= 0.30
+    assert trend.loc["sign_wrong", "rho"] > 0 and trend.loc["sign_wrong", "p_value"] <= 0.05
+    assert 0.05 <= ov["value"] <= 0.25 and ov["value_lo"] > 0
+    cfg = logs.read_config(run_dir)
+    assert (cfg["step_failure"], cfg["lookalike_agreement"], cfg["step_echo"]) == (0.3, 0.3, 4)
+    assert cfg["model"] == "tiny-echo-one"
