@@ -87,6 +87,11 @@ REGIMES: dict[str, Regime] = {
                note="paper_echo with 30 % per-step failure, for the one-read warm start (--model tiny-echo-one, "
                     "the oracle read in about 2 of 3 trials): its audit shows the paper's Share, a wrong-signed "
                     "fraction that rises with H and a moderate Value"),
+        Regime("paper_echo_h68", step_failure=0.15, lookalike_agreement=0.3, horizons=(6, 7, 8), step_echo=4,
+               max_new_tokens=448,
+               note="paper_echo with long episodes only (H = 6..8), for --model tiny-echo-one: no short episode "
+                    "whose clean credit for the name could carry over to the long ones (at 30 % failure 3 % of "
+                    "its rollouts succeed, too few mixed groups to train on)"),
     )
 }
 
