@@ -208,3 +208,17 @@ def test_a_log_without_any_read_is_audited_without_a_theory_overlay(tmp_path):
     r = audit.run_audit(write_kit(tmp_path / "run", pd.DataFrame(rows)), n_boot=100, seed=0)
     assert r.n_rows == 4 and r.overall["reads_per_trial"] == 0
     assert r.model is None and "no read to fit" in r.model_note and r.curves.empty
+
+
+def test_the_value_interval_does_not_depend_on_duckdb_threads():
+    """The bootstrap draws matched groups by position, so their order is fixed in SQL; left to DuckDB's threads
+    it moved the committed run's interval by a few tenths of a point between runs."""
+    from skillgate_lib import paths
+
+    run_dir = paths.DATA_DIR / "runs" / "audit" / "paper_echo_f30-outcome"
+    got = {}
+    for threads in (1, 2):
+        for k in range(3):
+            ov = audit.run_audit(run_dir, n_boot=300, seed=0, threads=threads).overall
+            got[threads, k] = (ov["value_lo"], ov["value_hi"])
+    assert len(set(got.values())) == 1, got

@@ -260,14 +260,15 @@ class Engine:
         return self.q("SELECT bin, round(share, 9) s, count(*) c FROM t GROUP BY ALL ORDER BY bin, s")
 
     def value_groups(self) -> pd.DataFrame:
-        """Distinct (bin, group difference) with their group counts, over matched groups."""
+        """Distinct (bin, group difference) with their group counts, over matched groups, in a fixed order (the
+        bootstrap draws by position, so an order left to DuckDB's threads would move the interval between runs)."""
         return self.q(f"""WITH g AS (SELECT avg(h) hg,
                 count(*) FILTER (has_oracle) n_o, sum(succ) FILTER (has_oracle) s_o,
                 count(*) FILTER (NOT has_oracle AND n_reads > 0) n_x,
                 sum(succ) FILTER (NOT has_oracle AND n_reads > 0) s_x
               FROM t GROUP BY step, split, group_id)
             SELECT {self.bin_of('hg')} AS bin, round(s_o / n_o - s_x / n_x, 12) AS d, count(*) c
-            FROM g WHERE n_o > 0 AND n_x > 0 GROUP BY ALL""")
+            FROM g WHERE n_o > 0 AND n_x > 0 GROUP BY ALL ORDER BY bin, d""")
 
     def fit_inputs(self) -> tuple[pd.DataFrame, dict[str, float]]:
         counts = self.q("SELECT horizon::BIGINT h, has_oracle o, succ s, count(*) c FROM t WHERE n_reads > 0 GROUP BY ALL")
