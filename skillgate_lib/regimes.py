@@ -89,9 +89,9 @@ REGIMES: dict[str, Regime] = {
                     "fraction that rises with H and a moderate Value"),
         Regime("paper_echo_h68", step_failure=0.15, lookalike_agreement=0.3, horizons=(6, 7, 8), step_echo=4,
                max_new_tokens=448,
-               note="paper_echo with long episodes only (H = 6..8), for --model tiny-echo-one: no short episode "
-                    "whose clean credit for the name could carry over to the long ones (at 30 % failure 3 % of "
-                    "its rollouts succeed, too few mixed groups to train on)"),
+               note="paper_echo with long episodes only (H = 6..8), for --model tiny-echo-one: whether the "
+                    "choice is learnt without short episodes (failure 0.15: at 0.3 only 3 % of the warm start's "
+                    "rollouts succeed, too few mixed groups to train on)"),
     )
 }
 

@@ -78,7 +78,7 @@ def test_the_dose_response_audits_only_outcome_runs_that_read():
 
 
 def test_the_committed_paper_echo_outcome_run_shows_the_papers_share_and_a_moderate_value():
-    """Issue 18's gates on the committed outcome-only run of ``paper_echo`` (notebook 02's default):
+    """Issue 18's gates on the committed outcome-only run of ``paper_echo`` (notebook 02's contrast):
     >= 1,024 trajectories, median Share <= 2 % in the longest bin and >= 5x below the shortest,
     Value between +5 and +25 pp with its 95 % interval above 0. (Sign does not rise there; the
     notebook prints that, and nothing here asserts it.)"""
