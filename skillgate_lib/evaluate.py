@@ -42,6 +42,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from . import devices
+from .devices import add_device_arguments
 from .env import SkillSlateEnv
 from .rollout import Episode, generate
 from .seeding import stream_seed
@@ -157,6 +159,7 @@ def evaluate_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--domains", nargs="+", help="evaluate on these domains only")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default: 2)")
     parser.add_argument("--json", action="store_true", help="print every measure as one JSON object")
+    add_device_arguments(parser)
     args = parser.parse_args(argv)
     if args.tasks < 1:
         parser.error(f"--tasks must be >= 1, got {args.tasks}")
@@ -178,8 +181,11 @@ def evaluate_main(argv: list[str] | None = None) -> int:
                                                 if k in regime.knobs() and v is not None})
     if args.step_failure is not None:
         regime = dataclasses.replace(regime, step_failure=args.step_failure)
-    summary = summarize(evaluate(model, tokenizer, regime.env(), args.tasks, regime.max_new_tokens,
-                                 temperature=args.temperature, domains=args.domains, split=args.split))
+    device = devices.resolve(args.device)
+    devices.check_bf16(device, args.bf16)
+    with devices.autocast(device, args.bf16):
+        summary = summarize(evaluate(model.to(device), tokenizer, regime.env(), args.tasks, regime.max_new_tokens,
+                                     temperature=args.temperature, domains=args.domains, split=args.split))
     if args.json:
         print(json.dumps(summary, indent=1))
         return 0

@@ -38,6 +38,17 @@ Column                type            meaning
 ``sel_weight``        float64         fraction of this trajectory's total loss weight carried by its
                                       skill-name tokens under the update actually applied (Share)
 ``credit``            string          credit assigner that produced the advantages
+``grad_weight_sel``   float64, null   gradient weight of the skill-name tokens: the sum over the reads' name
+                                      tokens of ``g = |d(-log p(y)) / d logits|``, the norm of the gradient
+                                      of the token's loss with respect to its logits, ``sqrt((1 - p_y)^2 +
+                                      sum_{j != y} p_j^2)`` at temperature 1 (kit runs, from the sampling
+                                      logits; null where the log does not hold it)
+``grad_weight_all``   float64, null   the same sum over every policy token (names included); Gradient Share
+                                      = ``grad_weight_sel / grad_weight_all``
+
+The two ``grad_weight`` columns are optional (:data:`OPTIONAL_COLUMNS`): older runs and external logs
+lack them, and the audit then reports the loss-weight Share alone and says how to get the other
+(``audit --rescore``).
 """
 
 from __future__ import annotations
@@ -78,9 +89,14 @@ TRAJECTORY_SCHEMA = pa.schema(
         ("read_adv", pa.list_(pa.float64())),
         ("sel_weight", pa.float64()),
         ("credit", pa.string()),
+        ("grad_weight_sel", pa.float64()),
+        ("grad_weight_all", pa.float64()),
     ]
 )
-COLUMNS = tuple(TRAJECTORY_SCHEMA.names)
+#: Columns a log may lack (null when read): the gradient weights, which need the sampling logits.
+OPTIONAL_COLUMNS = ("grad_weight_sel", "grad_weight_all")
+#: Columns every trajectory table holds.
+COLUMNS = tuple(n for n in TRAJECTORY_SCHEMA.names if n not in OPTIONAL_COLUMNS)
 _LIST_COLUMNS = ("read_skills", "read_categories", "read_tok_start", "read_tok_end", "read_adv")
 _PACKAGES = ("skillgate-lib", "torch", "transformers", "peft", "trl", "numpy", "pandas", "pyarrow")
 
@@ -189,12 +205,26 @@ def validate_trajectories(df: pd.DataFrame, source: str = "<table>") -> None:
     if ((w < 0) | (w > 1) | w.isna()).any():
         i = df.index[(w < 0) | (w > 1) | w.isna()][0]
         raise ArtifactError(f"{source}: row {i}: field 'sel_weight' must lie in [0, 1], got {w[i]}")
+    if all(c in df.columns for c in OPTIONAL_COLUMNS):
+        sel, tot = df["grad_weight_sel"], df["grad_weight_all"]
+        bad = (sel < 0) | (tot < 0) | (sel > tot * (1 + 1e-9) + 1e-9) | (sel.isna() != tot.isna())
+        if bad.any():
+            i = df.index[bad][0]
+            raise ArtifactError(f"{source}: row {i}: fields 'grad_weight_sel' / 'grad_weight_all' must be both null or "
+                                f"0 <= sel <= all, got {sel[i]} / {tot[i]}")
 
 
 def to_arrow(records: pd.DataFrame | Iterable[Mapping[str, Any]]) -> pa.Table:
     """Rows (a DataFrame or dicts) as an Arrow table in :data:`TRAJECTORY_SCHEMA` column order."""
     df = records if isinstance(records, pd.DataFrame) else pd.DataFrame(list(records))
-    return pa.Table.from_pandas(df[list(COLUMNS)], schema=TRAJECTORY_SCHEMA, preserve_index=False)
+    return pa.Table.from_pandas(with_optional_columns(df)[list(TRAJECTORY_SCHEMA.names)], schema=TRAJECTORY_SCHEMA,
+                                preserve_index=False)
+
+
+def with_optional_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with every :data:`OPTIONAL_COLUMNS` column it lacks added as nulls (a copy when one is added)."""
+    missing = [c for c in OPTIONAL_COLUMNS if c not in df.columns]
+    return df.assign(**{c: pd.Series([None] * len(df), index=df.index, dtype="float64") for c in missing}) if missing else df
 
 
 class RunWriter:

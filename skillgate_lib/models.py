@@ -121,7 +121,13 @@ TINY_MODELS = {"tiny": paths.DATA_DIR / "models" / "tiny-sft", "tiny-base": path
                "tiny-echo": paths.DATA_DIR / "models" / "tiny-echo",
                "tiny-base-echo": paths.DATA_DIR / "models" / "tiny-base-echo",
                # the echo base's warm start with one read a trial, the oracle's about 2 in 3 (``paper_echo_f30``)
-               "tiny-echo-one": paths.DATA_DIR / "models" / "tiny-echo-one"}
+               "tiny-echo-one": paths.DATA_DIR / "models" / "tiny-echo-one",
+               # the lookup base retrained for step lines that end with a free note of 8 / 4 words (``step_note``),
+               # and their one-read warm starts (``paper_note8``, ``paper_note4``)
+               "tiny-base-note8": paths.DATA_DIR / "models" / "tiny-base-note8",
+               "tiny-note8": paths.DATA_DIR / "models" / "tiny-note8",
+               "tiny-base-note4": paths.DATA_DIR / "models" / "tiny-base-note4",
+               "tiny-note4": paths.DATA_DIR / "models" / "tiny-note4"}
 
 
 def model_fingerprint(spec: str) -> str | None:

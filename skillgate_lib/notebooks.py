@@ -4,13 +4,20 @@ The committed notebooks carry no outputs, and their metadata are what JupyterLab
 writes when it opens them (:func:`lab_metadata`), so opening one changes nothing;
 executed copies are build products written to ``build/notebooks/``. A *profile*
 (``notebooks/profiles.yaml``) maps notebook names to papermill parameters: ``ci`` is
-the notebooks' own defaults (sized for CI), ``full`` the sizes the README's results
-come from, ``figures`` only rebuilds figures from committed artifacts.
+the notebooks' own defaults (sized for CI), ``full`` what ``make reproduce`` runs,
+``figures`` only rebuilds figures from committed artifacts.
+
+A notebook run this way writes what git tracks only where its profile says so: the
+notebooks' own defaults send figures and tables to ``build/``, and the ``figures``,
+``full`` and ``paper`` profiles pass ``figures_dir`` to write ``figures/``. Progress bars
+(:func:`progress_bar`) are widgets in JupyterLab and plain text lines here, where the
+kernel's stderr goes to the terminal.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 
@@ -27,10 +34,29 @@ def notebook_paths() -> list[Path]:
     return sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key repeated in one mapping (plain YAML keeps the last one silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        keys = [self.construct_object(k, deep=deep) for k, _ in node.value]
+        repeated = sorted({k for k in keys if keys.count(k) > 1}, key=str)
+        if repeated:
+            raise ValueError(f"{getattr(self, 'name', 'profiles')}:{node.start_mark.line + 1}: key(s) {repeated} "
+                             "given more than once in one mapping; each profile and parameter once")
+        return super().construct_mapping(node, deep=deep)
+
+
+def _read_profiles(file: Path) -> dict:
+    if not file.exists():
+        return {}
+    with file.open() as stream:  # the stream's name is the file's, for the error above
+        return yaml.load(stream, Loader=_UniqueKeyLoader) or {}
+
+
 def load_profile(name: str, file: Path = PROFILES_FILE) -> dict[str, dict]:
     """``{notebook stem: parameters}`` for one profile; notebooks absent from it are skipped
     unless the profile is ``ci``, which runs every notebook with its own defaults."""
-    profiles = yaml.safe_load(file.read_text()) if file.exists() else {}
+    profiles = _read_profiles(file)
     if name == "ci":
         return {p.stem: {} for p in notebook_paths()}
     if name not in (profiles or {}):
@@ -45,9 +71,44 @@ def load_profile(name: str, file: Path = PROFILES_FILE) -> dict[str, dict]:
 
 def expected_minutes(name: str, file: Path = PROFILES_FILE) -> float | None:
     """The measured wall time of a profile on 2 CPU cores (its ``expected_minutes``), if recorded."""
-    profiles = yaml.safe_load(file.read_text()) if file.exists() else {}
+    profiles = _read_profiles(file)
     value = ((profiles or {}).get(name) or {}).get("expected_minutes")
     return float(value) if value is not None else None
+
+
+#: Set in a kernel's environment by :func:`run_notebook`: the notebook runs headless, so its
+#: progress bars are text lines on stderr (streamed to the terminal) rather than widgets.
+HEADLESS_ENV = "SKILLGATE_HEADLESS"
+
+
+def _in_kernel() -> bool:
+    """Whether this code runs inside a Jupyter kernel (the test tqdm.auto uses)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and "IPKernelApp" in shell.config
+
+
+def progress_bar(*args, **kwargs):
+    """A tqdm bar: a widget in a notebook opened in JupyterLab, text lines everywhere else.
+
+    Text lines are what a terminal and a headless run need: a papermill run streams the
+    kernel's stderr to the terminal (``make reproduce``), where a widget would show nothing.
+    Arguments are tqdm's.
+    """
+    if _in_kernel() and os.environ.get(HEADLESS_ENV) != "1":
+        try:
+            import ipywidgets  # noqa: F401  (tqdm.notebook draws with it)
+            from tqdm.notebook import tqdm as widget_bar
+        except ImportError:
+            pass
+        else:
+            return widget_bar(*args, **kwargs)
+    from tqdm import tqdm as text_bar
+
+    return text_bar(*args, **kwargs)
 
 
 #: The kernel every notebook runs on (papermill, the tests and JupyterLab alike).
@@ -98,7 +159,8 @@ def run_notebook(path: Path, out_dir: Path, parameters: dict | None = None, stre
     ``stream``: pass the kernel's stderr through to this process's, so progress bars of long
     cells (a comparison's GRPO steps, with their ETA) show while the notebook runs. In the
     executed copy each cell's stream output is one block with carriage returns applied, so a
-    progress bar is one line, as in the lab, not one output per update.
+    progress bar is one line, as in the lab, not one output per update. The kernel runs with
+    :data:`HEADLESS_ENV` set, so its bars are text, not widgets.
     """
     import sys
 
@@ -106,18 +168,26 @@ def run_notebook(path: Path, out_dir: Path, parameters: dict | None = None, stre
 
     out_dir.mkdir(parents=True, exist_ok=True)
     out = out_dir / path.name
-    pm.execute_notebook(
-        str(path),
-        str(out),
-        parameters=parameters or {},
-        cwd=str(path.parent),
-        kernel_name=KERNEL,
-        config=_kernel_config(),
-        coalesce_streams=True,
-        progress_bar=False,
-        log_output=False,
-        stderr_file=sys.stderr if stream else None,
-    )
+    previous = os.environ.get(HEADLESS_ENV)
+    os.environ[HEADLESS_ENV] = "1"  # the kernel inherits this process's environment
+    try:
+        pm.execute_notebook(
+            str(path),
+            str(out),
+            parameters=parameters or {},
+            cwd=str(path.parent),
+            kernel_name=KERNEL,
+            config=_kernel_config(),
+            coalesce_streams=True,
+            progress_bar=False,
+            log_output=False,
+            stderr_file=sys.stderr if stream else None,
+        )
+    finally:
+        if previous is None:
+            del os.environ[HEADLESS_ENV]
+        else:
+            os.environ[HEADLESS_ENV] = previous
     return out
 
 

@@ -21,7 +21,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.colors import Normalize, TwoSlopeNorm
 from matplotlib.patches import Patch, Rectangle
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, PercentFormatter
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter, PercentFormatter
 
 from skillgate_lib import methods, paths
 
@@ -229,6 +229,11 @@ EVAL_MEASURES = {
 }
 
 
+#: Line dashes and markers by a method's position in a figure, so that coinciding lines stay apart.
+_DASHES = ("-", "--", "-.", ":")
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+
+
 def learning_curves(curves: pd.DataFrame, measures=tuple(EVAL_MEASURES)) -> plt.Figure:
     """One panel per measure, two per row: mean over seeds by GRPO step for each method, the seed
     range shaded, one legend under the panels.
@@ -239,13 +244,15 @@ def learning_curves(curves: pd.DataFrame, measures=tuple(EVAL_MEASURES)) -> plt.
     order = {m: i for i, m in enumerate(methods.METHODS)}
     fig, axes = plt.subplots(rows, 2, figsize=(WIDTH, 3.0 * rows + 0.9), sharex=True, layout="constrained",
                              squeeze=False)
+    shown = sorted(curves["method"].unique(), key=lambda m: order.get(m, len(order)))
     for ax, measure in zip(axes.flat, measures):
-        for method in sorted(curves["method"].unique(), key=lambda m: order.get(m, len(order))):
+        for i, method in enumerate(shown):
             stats = curves[curves["method"] == method].groupby("step")[measure].agg(["mean", "min", "max"])
             color = METHOD_COLORS.get(method)
-            # clip_on=False: a method that stays at 0 (skill-free RL reads nothing) stays visible on the axis
-            ax.plot(stats.index, stats["mean"], marker="o", ms=3, label=method_label(method), color=color,
-                    clip_on=False, zorder=3)
+            # clip_on=False: a method that stays at 0 (skill-free RL reads nothing) stays visible on the axis;
+            # each method its own dash and marker, so that two methods on the same values both show
+            ax.plot(stats.index, stats["mean"], marker=_MARKERS[i % len(_MARKERS)], ms=4, mfc="none",
+                    ls=_DASHES[i % len(_DASHES)], label=method_label(method), color=color, clip_on=False, zorder=3)
             ax.fill_between(stats.index, stats["min"], stats["max"], alpha=0.15, color=color, lw=0)
         ax.set(ylabel=EVAL_MEASURES.get(measure, measure))
         if measure == "eval/reads":
@@ -254,6 +261,7 @@ def learning_curves(curves: pd.DataFrame, measures=tuple(EVAL_MEASURES)) -> plt.
             _fraction_axis(ax)
     for ax in axes[-1]:
         ax.set_xlabel("GRPO step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers, also in a 2-step run
     for ax in axes.flat[len(measures):]:
         ax.remove()
     fig.suptitle("Held-out evaluation during GRPO (mean over seeds; band: seed range)")

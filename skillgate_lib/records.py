@@ -31,6 +31,7 @@ def episode_rows(episodes: list[Episode], step: int, split: str, credit_name: st
         o = e.outcome
         L = max(1, e.policy_tokens)
         k = sum(r.name_end - r.name_start for r in spans)
+        gw = e.grad_weights()
         rows.append(dict(
             step=step, split=split, group_id=f"{step}-{split}-{e.group}", rollout=i, task_id=e.task.task_id,
             domain=e.task.domain, horizon=e.task.horizon, response_tokens=L, reward=float(o.reward),
@@ -40,6 +41,7 @@ def episode_rows(episodes: list[Episode], step: int, split: str, credit_name: st
             adv_exec=float(cr.adv_exec[i]) if cr is not None else 0.0,
             read_adv=[float(x) for x in cr.read_adv[i]] if cr is not None else [0.0] * len(spans),
             sel_weight=float(share[i]) if share is not None else min(1.0, k / L), credit=credit_name,
+            grad_weight_sel=gw[0] if gw else None, grad_weight_all=gw[1] if gw else None,
         ))
     return rows
 

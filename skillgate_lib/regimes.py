@@ -19,6 +19,11 @@ knob                     what it moves
 ``step_echo``            policy tokens per step line: each line restates the task (less its
                          cue) this many times (9 tokens each), as an agent's steps carry
                          restated context and call syntax; Share falls about 1 / H faster.
+                         The policy is sure of these tokens: they dilute the loss weight,
+                         not the gradient.
+``step_note``            free words per step line (``; w1 .. wF``, uniform over 32 words in the
+                         demonstrations, ignored by the verifier): tokens the policy is unsure
+                         of, as an agent's free text, so the Gradient Share falls with H too.
 =======================  ================================================================
 
 A regime is chosen from the audit of the RL warm start's own outcome-only rollouts
@@ -52,6 +57,8 @@ class Regime:
     """Horizons (step lines after the read) tasks are drawn from, uniformly."""
     step_echo: int = 0
     """Times each step line restates the task after its lookup (9 policy tokens each; see :class:`SkillSlateEnv`)."""
+    step_note: int = 0
+    """Free words that end each step line (``; w1 .. wF``; see :class:`SkillSlateEnv`)."""
     max_new_tokens: int = 160
     """Cap on response tokens (policy + inserted bodies) that fits the longest horizon."""
     note: str = ""
@@ -59,7 +66,7 @@ class Regime:
     def env(self, **overrides) -> SkillSlateEnv:
         """The environment of this regime; ``overrides`` go to :class:`SkillSlateEnv` (e.g. ``show_slate``)."""
         return SkillSlateEnv(step_failure=self.step_failure, lookalike_agreement=self.lookalike_agreement,
-                             horizons=self.horizons, step_echo=self.step_echo, **overrides)
+                             horizons=self.horizons, step_echo=self.step_echo, step_note=self.step_note, **overrides)
 
     def knobs(self) -> dict:
         """The knob values, as recorded in a run's ``config.json``."""
@@ -87,6 +94,12 @@ REGIMES: dict[str, Regime] = {
                note="paper_echo with 30 % per-step failure, for the one-read warm start (--model tiny-echo-one, "
                     "the oracle read in about 2 of 3 trials): its audit shows the paper's Share, a wrong-signed "
                     "fraction that rises with H and a moderate Value"),
+        Regime("paper_note8", step_failure=0.3, lookalike_agreement=0.3, step_note=8, max_new_tokens=192,
+               note="paper_echo_f30's failure and look-alikes on the short step lines, each ending with a free note "
+                    "of 8 words (14 policy tokens a step) that the warm start is unsure of: the name's share of the "
+                    "gradient falls with H, not only its share of the loss weight (--model tiny-note8)"),
+        Regime("paper_note4", step_failure=0.3, lookalike_agreement=0.3, step_note=4, max_new_tokens=160,
+               note="paper_note8 with notes of 4 words (10 policy tokens a step; --model tiny-note4)"),
         Regime("paper_echo_h68", step_failure=0.15, lookalike_agreement=0.3, horizons=(6, 7, 8), step_echo=4,
                max_new_tokens=448,
                note="paper_echo with long episodes only (H = 6..8), for --model tiny-echo-one: whether the "
@@ -105,7 +118,8 @@ def get(name: str) -> Regime:
 
 
 def probe(regime: Regime, out_dir: str | Path, model: str = "tiny", n_groups: int = 128, group_size: int = 8,
-          seed: int = 0, threads: int = 2, chunk: int = 16, progress: bool = False):
+          seed: int = 0, threads: int = 2, chunk: int = 16, progress: bool = False, device: str = "cpu",
+          bf16: bool = False):
     """Outcome-only GRPO's view of ``regime`` from the warm start: roll out, credit, write, audit.
 
     Samples ``n_groups`` training prompts x ``group_size`` rollouts from ``model`` (no update),
@@ -116,7 +130,7 @@ def probe(regime: Regime, out_dir: str | Path, model: str = "tiny", n_groups: in
     (recorded in ``config.json``).
     """
     from . import credit as credit_lib
-    from . import logs
+    from . import devices, logs
     from .audit import run_audit
     from .batching import pack
     from .models import load_policy, model_fingerprint
@@ -129,8 +143,10 @@ def probe(regime: Regime, out_dir: str | Path, model: str = "tiny", n_groups: in
     if (out_dir / "config.json").exists():
         raise FileExistsError(f"{out_dir}: already holds a probe; choose another --out")
     env = regime.env()
+    dev = devices.resolve(device)
+    devices.check_bf16(dev, bf16)
     base, tokenizer = load_policy(model)
-    base.eval()
+    base = base.to(dev).eval()
     writer = logs.RunWriter(out_dir)
     writer.write_config({"kind": "probe", "regime": regime.name, **regime.knobs(), "model": model,
                          "model_fingerprint": model_fingerprint(model), "credit": "outcome", "seed": seed,
@@ -148,8 +164,9 @@ def probe(regime: Regime, out_dir: str | Path, model: str = "tiny", n_groups: in
         for g in range(start, min(n_groups, start + chunk)):
             slate = env.slate(tasks[g], seed=stream_seed(seed, 0, 3, g))
             items += [(tasks[g], slate, g)] * group_size
-        episodes = generate(base, tokenizer, env, items, regime.max_new_tokens, 1.0, gen,
-                            score_rng=np.random.default_rng(stream_seed(seed, c, 5)))
+        with devices.autocast(dev, bf16):
+            episodes = generate(base, tokenizer, env, items, regime.max_new_tokens, 1.0, gen,
+                                score_rng=np.random.default_rng(stream_seed(seed, c, 5)))
         inputs = credit_inputs(episodes, pack(episodes, tokenizer.pad_token_id))
         cr = credit_lib.assign("outcome", inputs)
         writer.write_trajectories(episode_rows(episodes, c + 1, "train", "outcome", cr, cr.selector_share(inputs)),
@@ -185,6 +202,7 @@ def probe_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lookalike-agreement", type=float, help="override the preset's look-alike agreement")
     parser.add_argument("--horizons", type=int, nargs="+", help="override the preset's horizons")
     parser.add_argument("--step-echo", type=int, help="override the preset's step echo (policy tokens per step)")
+    parser.add_argument("--step-note", type=int, help="override the preset's note length (free words per step line)")
     parser.add_argument("--max-new-tokens", type=int, help="override the preset's response cap")
     parser.add_argument("--groups", type=int, default=128, help="prompt groups (default: 128 x 8 = 1,024 rollouts)")
     parser.add_argument("--group-size", type=int, default=8, help="rollouts per prompt (default: 8)")
@@ -193,15 +211,20 @@ def probe_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, required=True, help="a new run directory for the rollouts")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    from .devices import add_device_arguments
+
+    add_device_arguments(parser)
     args = parser.parse_args(argv)
     regime = get(args.regime)
-    over = {k: getattr(args, k) for k in ("step_failure", "lookalike_agreement", "step_echo", "max_new_tokens")
+    over = {k: getattr(args, k) for k in ("step_failure", "lookalike_agreement", "step_echo", "step_note",
+                                          "max_new_tokens")
             if getattr(args, k) is not None}
     if args.horizons:
         over["horizons"] = tuple(args.horizons)
     if over:
         regime = replace(regime, name=f"{regime.name}+custom", **over)
-    result = probe(regime, args.out, args.model, args.groups, args.group_size, args.seed, args.threads, progress=True)
+    result = probe(regime, args.out, args.model, args.groups, args.group_size, args.seed, args.threads, progress=True,
+                   device=args.device, bf16=args.bf16)
     summary = {"regime": regime.name, **regime.knobs(), **probe_summary(result)}
     if args.json:
         print(json.dumps(summary, indent=1))

@@ -12,6 +12,8 @@ One decode loop serves every sequence in the batch with a KV cache:
   marked as environment tokens and carry no loss.
 * Sequences that have ended leave the batch (their cache rows are dropped) once a quarter of
   the batch has ended, so the last long episodes do not drag finished ones along.
+* Each policy token's gradient weight ``g`` (:func:`skillgate_lib.gradients.logit_grad_norm`) is read off the logits the
+  token was sampled from, so the audit's Gradient Share costs no extra forward.
 * The forward passes run in :mod:`skillgate_lib.decoder`: for the embedded Llama a lean
   decoder (preallocated cache, no per-module overhead) whose logits equal the model's own bit
   for bit, for any other model the model's own forward.
@@ -29,6 +31,7 @@ import torch
 
 from skillgate_lib.credit import ReadSpan
 from skillgate_lib.decoder import make_decoder
+from skillgate_lib.gradients import logit_grad_norm
 from skillgate_lib.env import Outcome, SkillSlateEnv, Task, token_spans
 from skillgate_lib.skills import Slate
 
@@ -49,10 +52,20 @@ class Episode:
     outcome: Outcome | None = None
     read_spans: list[ReadSpan] = field(default_factory=list)
     read_names: list[str] = field(default_factory=list)
+    grad_norms: list[float] = field(default_factory=list)
+    """Per response token: :func:`~skillgate_lib.gradients.logit_grad_norm` of a policy token (from the logits it
+    was sampled from), 0.0 for an environment token."""
 
     @property
     def policy_tokens(self) -> int:
         return int(sum(self.policy_mask))
+
+    def grad_weights(self) -> tuple[float, float] | None:
+        """``(sum of g over the reads' name tokens, sum of g over every policy token)``; None when not recorded."""
+        if len(self.grad_norms) != len(self.response_ids):
+            return None
+        sel = sum(self.grad_norms[t] for r in self.read_spans for t in range(r.name_start, r.name_end))
+        return float(sel), float(sum(self.grad_norms))
 
 
 def _close_token_ids(tokenizer) -> torch.Tensor:
@@ -129,9 +142,11 @@ def _left_pad(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tens
 
 
 def _sample(logits: torch.Tensor, temperature: float, generator: torch.Generator) -> torch.Tensor:
+    """Next tokens (B,) on the CPU, drawn from the CPU ``generator`` whatever device the logits are on."""
     if temperature > 0:
-        return torch.multinomial(torch.softmax(logits / temperature, dim=-1), 1, generator=generator).squeeze(1)
-    return logits.argmax(-1)
+        probs = torch.softmax(logits.float() / temperature, dim=-1).cpu()
+        return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+    return logits.argmax(-1).cpu()
 
 
 @torch.inference_mode()
@@ -200,7 +215,8 @@ def generate(
             if min_new_tokens > 0 and eos is not None:
                 short = torch.tensor([len(episodes[i].response_ids) < min_new_tokens for i in rows], device=logits.device)
                 logits[short, eos] = float("-inf")
-            sampled = _sample(logits, temperature, generator).cpu()
+            sampled = _sample(logits, temperature, generator)
+            g_rows = logit_grad_norm(logits, sampled).tolist()
             closing = closers[sampled].tolist()
             chunks = []
             for b, (i, tok) in enumerate(zip(rows, sampled.tolist())):
@@ -210,6 +226,7 @@ def generate(
                 e = episodes[i]
                 e.response_ids.append(tok)
                 e.policy_mask.append(True)
+                e.grad_norms.append(g_rows[b])
                 chunk = [tok]
                 if tok == eos:
                     ended[i] = True
@@ -221,6 +238,7 @@ def generate(
                         inserted = replies[reply][: max_new_tokens - len(e.response_ids)]
                         e.response_ids.extend(inserted)
                         e.policy_mask.extend([False] * len(inserted))
+                        e.grad_norms.extend([0.0] * len(inserted))
                         chunk += inserted
                 if len(e.response_ids) >= max_new_tokens:
                     ended[i] = True

@@ -38,7 +38,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tqdm import tqdm
+from .notebooks import progress_bar
 
 from . import logs, methods as methods_lib, paths
 from .compare import _run_all
@@ -77,11 +77,12 @@ class Plan:
     def arm(self, method: str) -> Arm:
         return next(a for a in self.arms if a.method == method)
 
-    def config(self, arm: Arm, value: float, seed: int, out_dir: Path, threads: int) -> TrainConfig:
-        """The :class:`TrainConfig` of one run: ``out_dir/<method>-<knob><value>-seed<seed>``."""
+    def config(self, arm: Arm, value: float, seed: int, out_dir: Path, threads: int, device: str = "auto") -> TrainConfig:
+        """The :class:`TrainConfig` of one run: ``out_dir/<method>-<knob><value>-seed<seed>`` (``device``: where it runs,
+        not part of the plan)."""
         settings = {**self.settings, arm.knob: value}
         return TrainConfig(method=arm.method, seed=seed, steps=self.steps, regime=self.regime, model=self.model,
-                           threads=threads, run_dir=str(out_dir / run_name(arm, value, seed)), **settings)
+                           threads=threads, device=device, run_dir=str(out_dir / run_name(arm, value, seed)), **settings)
 
 
 def run_name(arm: Arm, value: float, seed: int) -> str:
@@ -156,11 +157,12 @@ def _seeds(plan: Plan, arm: Arm) -> list[int]:
     return [*plan.search_seeds[: arm.seeds], *range(first, first + max(0, arm.seeds - len(plan.search_seeds)))]
 
 
-def evaluate_on_test(run_dir: str | Path, regime: str, n: int, model: str | None = None, threads: int = 1) -> dict:
+def evaluate_on_test(run_dir: str | Path, regime: str, n: int, model: str | None = None, threads: int = 1,
+                     device: str = "auto") -> dict:
     """A run's final adapter (or ``model`` alone) on ``n`` test instances of ``regime``: the ``test.json`` record."""
     import torch
 
-    from . import regimes
+    from . import devices, regimes
     from .evaluate import evaluate, load_adapter, summarize
     from .models import load_policy
 
@@ -172,14 +174,15 @@ def evaluate_on_test(run_dir: str | Path, regime: str, n: int, model: str | None
         (policy, tokenizer), temperature = load_policy(model), 1.0
     r = regimes.get(regime)
     t0 = time.perf_counter()
+    policy = policy.to(devices.resolve(device))
     summary = summarize(evaluate(policy, tokenizer, r.env(), n, r.max_new_tokens, temperature=temperature, split="test"),
                         prefix="test")
     return {"split": "test", "tasks": n, "regime": regime, "seconds": time.perf_counter() - t0, **summary}
 
 
-def _test_eval(run_dir: str, regime: str, n: int, model: str | None, threads: int) -> None:
+def _test_eval(run_dir: str, regime: str, n: int, model: str | None, threads: int, device: str = "auto") -> None:
     """:func:`evaluate_on_test`, written atomically to ``run_dir/test.json``."""
-    record = evaluate_on_test(run_dir, regime, n, model, threads)
+    record = evaluate_on_test(run_dir, regime, n, model, threads, device)
     Path(run_dir).mkdir(parents=True, exist_ok=True)
     logs._atomic_write_bytes(Path(run_dir) / "test.json", (json.dumps(record, indent=1) + "\n").encode())
 
@@ -190,7 +193,7 @@ def _test_all(jobs: list[tuple], workers: int, progress: bool) -> None:
         return
     with cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
         futures = [pool.submit(_test_eval, *j) for j in todo]
-        for fut in tqdm(cf.as_completed(futures), total=len(futures), desc="test set", disable=not progress):
+        for fut in progress_bar(cf.as_completed(futures), total=len(futures), desc="test set", disable=not progress):
             fut.result()
 
 
@@ -231,23 +234,23 @@ def estimate_minutes(plan: Plan, workers: int, step_s: dict[str, float] | None =
     return (train + tests) / workers / 60
 
 
-def run_study(plan: Plan, out_dir: str | Path, workers: int = 2, progress: bool = True) -> dict:
+def run_study(plan: Plan, out_dir: str | Path, workers: int = 2, progress: bool = True, device: str = "auto") -> dict:
     """Run (or resume) ``plan`` under ``out_dir``; returns the selection. Finished runs and tests are skipped."""
     out_dir = Path(out_dir)
     _check_plan(plan, out_dir)
     threads = max(1, (os.cpu_count() or 2) // workers)
-    search = [plan.config(a, v, s, out_dir, threads) for a in plan.arms for v in a.values for s in plan.search_seeds]
+    search = [plan.config(a, v, s, out_dir, threads, device) for a in plan.arms for v in a.values for s in plan.search_seeds]
     _run_all(search, workers, False, progress, f"{plan.name}: search")
     chosen = select(plan, out_dir)
     sel = out_dir / "selection.json"
     if sel.exists() and json.loads(sel.read_text()) != json.loads(json.dumps(chosen)):
         raise ValueError(f"{sel}: differs from what the search runs now select; were runs changed by hand?")
     sel.write_text(json.dumps(chosen, indent=1) + "\n")
-    more = [plan.config(a, chosen[a.method]["value"], s, out_dir, threads)
+    more = [plan.config(a, chosen[a.method]["value"], s, out_dir, threads, device)
             for a in plan.arms for s in _seeds(plan, a) if s not in plan.search_seeds]
     _run_all(more, workers, False, progress, f"{plan.name}: seeds")
-    jobs = [(str(p), plan.regime, plan.test_tasks, None, threads) for p in selected_runs(plan, out_dir, chosen)]
-    jobs.append((str(out_dir / "warmstart"), plan.regime, plan.test_tasks, plan.model, threads))
+    jobs = [(str(p), plan.regime, plan.test_tasks, None, threads, device) for p in selected_runs(plan, out_dir, chosen)]
+    jobs.append((str(out_dir / "warmstart"), plan.regime, plan.test_tasks, plan.model, threads, device))
     _test_all(jobs, workers, progress)
     return chosen
 
@@ -267,6 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out-dir", type=Path, help="default: build/runs/study/<plan name>")
     p.add_argument("--workers", type=int, default=2, help="runs at once (the cores are split among them)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and its estimated wall time, run nothing")
+    p.add_argument("--device", default="auto", help="where the runs train: auto (CUDA when present), cpu or cuda")
     return p
 
 
@@ -294,7 +298,7 @@ def study_main(argv: list[str] | None = None) -> int:
     for m in (a.method for a in plan.arms):
         methods_lib.get(m)
     t0 = time.perf_counter()
-    chosen = run_study(plan, out, args.workers)
+    chosen = run_study(plan, out, args.workers, device=args.device)
     print(json.dumps(chosen, indent=1))
     print(f"wall time {(time.perf_counter() - t0) / 60:.1f} min")
     return 0

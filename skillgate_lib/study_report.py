@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +30,12 @@ from skillgate_lib.audit import bootstrap_mean
 #: The rates of the table (percent) and reads per trial.
 MEASURES = ("success", "oracle_read", "misleading_read", "reads")
 N_BOOT = 10_000
+
+
+def _rng(seed: int, *key: str) -> np.random.Generator:
+    """The bootstrap generator of one interval, keyed by what it is an interval of, so that the same
+    interval comes out the same whichever table computes it and whatever else that table holds."""
+    return np.random.default_rng([seed, zlib.crc32("/".join(key).encode())])
 
 
 def _read_json(path: Path) -> dict:
@@ -66,7 +73,6 @@ def _wilson(p: float, n: int, z: float = 1.96) -> tuple[float, float]:
 
 def summary_table(tests: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
     """Per method: seeds, and for each measure the mean with its 95 % interval (rates in percent)."""
-    rng = np.random.default_rng(seed)
     rows = []
     for method in methods.in_order(tests["method"].unique()):
         sub = tests[tests["method"] == method]
@@ -78,7 +84,7 @@ def summary_table(tests: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
                 mean = float(values[0])
                 lo, hi = _wilson(mean, int(sub["tasks"].iloc[0])) if m != "reads" else (math.nan, math.nan)
             else:
-                mean, lo, hi = bootstrap_mean(values, np.ones(len(values)), N_BOOT, rng)
+                mean, lo, hi = bootstrap_mean(values, np.ones(len(values)), N_BOOT, _rng(seed, method, m))
             row |= {m: mean * scale, f"{m}_lo": lo * scale, f"{m}_hi": hi * scale}
         rows.append(row)
     return pd.DataFrame(rows)
@@ -87,7 +93,6 @@ def summary_table(tests: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
 def paired_differences(tests: pd.DataFrame, method: str = "skillgate", seed: int = 0,
                        measures=("success", "oracle_read", "misleading_read")) -> pd.DataFrame:
     """``method`` minus each other trained method on their shared seeds: mean and 95 % interval (pp)."""
-    rng = np.random.default_rng(seed)
     base = tests[tests["method"] == method].set_index("seed")
     rows = []
     for other in methods.in_order(set(tests["method"]) - {method, "sft"}):
@@ -96,7 +101,7 @@ def paired_differences(tests: pd.DataFrame, method: str = "skillgate", seed: int
         row = {"baseline": other, "seeds": len(seeds)}
         for m in measures:
             d = (base.loc[seeds, f"test/{m}"] - o.loc[seeds, f"test/{m}"]).to_numpy(float) * 100
-            mean, lo, hi = bootstrap_mean(d, np.ones(len(d)), N_BOOT, rng)
+            mean, lo, hi = bootstrap_mean(d, np.ones(len(d)), N_BOOT, _rng(seed, method, "minus", other, m))
             row |= {m: mean, f"{m}_lo": lo, f"{m}_hi": hi}
         rows.append(row)
     return pd.DataFrame(rows)
@@ -105,7 +110,6 @@ def paired_differences(tests: pd.DataFrame, method: str = "skillgate", seed: int
 def gain_by_horizon(tests: pd.DataFrame, method: str = "skillgate", baseline: str = "outcome",
                     measure: str = "success", seed: int = 0) -> pd.DataFrame:
     """Paired difference ``method - baseline`` on the test set by horizon H (pp, bootstrap over seeds)."""
-    rng = np.random.default_rng(seed)
     a = tests[tests["method"] == method].set_index("seed")
     b = tests[tests["method"] == baseline].set_index("seed")
     seeds = a.index.intersection(b.index)
@@ -113,7 +117,7 @@ def gain_by_horizon(tests: pd.DataFrame, method: str = "skillgate", baseline: st
     rows = []
     for c in cols:
         d = (a.loc[seeds, c] - b.loc[seeds, c]).to_numpy(float) * 100
-        mean, lo, hi = bootstrap_mean(d, np.ones(len(d)), N_BOOT, rng)
+        mean, lo, hi = bootstrap_mean(d, np.ones(len(d)), N_BOOT, _rng(seed, method, "minus", baseline, c))
         rows.append({"horizon": int(c.split("=")[1]), "diff": mean, "lo": lo, "hi": hi,
                      method: a.loc[seeds, c].mean() * 100, baseline: b.loc[seeds, c].mean() * 100})
     return pd.DataFrame(rows)

@@ -197,6 +197,22 @@ class StarvationModel:
         return _out(gap * self.share_skillgate(H))
 
 
+def predicted_signal_ratio(value, share, selector_coef: float = 0.2) -> np.ndarray | np.float64:
+    """SkillGate's selector signal over outcome-only GRPO's: ``(lambda / (1 + lambda)) / (Value x Share)``.
+
+    The ratio of :meth:`StarvationModel.selector_signal_skillgate` to
+    :meth:`StarvationModel.selector_signal` (the ``(G-1)/G`` gap cancels), with the measured
+    Value (a - b) and a measured Share in place of the model's: the loss-weight Share ``k / L``,
+    or the Gradient Share (the name tokens' share of the logit-gradient norms), which counts a
+    token by how hard its loss pulls rather than by its loss weight. The theory predicts how
+    much faster SkillGate learns the choice; nan where ``Value x Share <= 0`` (no signal to beat).
+    """
+    lam = float(selector_coef)
+    signal = np.asarray(value, dtype=float) * np.asarray(share, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return _out(np.where(signal > 0, lam / (1 + lam) / signal, np.nan))
+
+
 def closed_forms(model: StarvationModel, horizons: int | np.ndarray | list[int]) -> pd.DataFrame:
     """Every closed form on a grid: one row per H, columns ``horizon`` and :data:`QUANTITIES`."""
     h = np.atleast_1d(_horizon(horizons))

@@ -34,6 +34,28 @@ def build_tokenizer(words: Iterable[str]) -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(tokenizer_object=core, model_max_length=1024, **SPECIAL_TOKENS)
 
 
+def extend_tokenizer(tokenizer: PreTrainedTokenizerFast, words: Iterable[str]) -> PreTrainedTokenizerFast:
+    """``tokenizer`` with the ``words`` it lacks appended at the end of its vocabulary.
+
+    Every existing word keeps its id, so a model trained with ``tokenizer`` keeps its embeddings
+    after ``model.resize_token_embeddings(len(new))``; the new rows are fresh. For the embedded
+    word-level tokenizer only (a sub-word tokenizer would split rather than lack a word).
+    """
+    vocab = tokenizer.get_vocab()
+    new = sorted(set(words) - set(vocab))
+    if not new:
+        return tokenizer
+    bad = [w for w in new if not w or any(ch.isspace() for ch in w)]
+    if bad:
+        raise ValueError(f"vocabulary words must be non-empty and contain no whitespace, got {bad[:3]!r}")
+    ordered = sorted(vocab, key=vocab.get) + new
+    if [vocab[w] for w in ordered[: len(vocab)]] != list(range(len(vocab))):
+        raise ValueError("extend_tokenizer: the tokenizer's ids are not 0..n-1; it is not the embedded word-level one")
+    core = Tokenizer(models.WordLevel({w: i for i, w in enumerate(ordered)}, unk_token=SPECIAL_TOKENS["unk_token"]))
+    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=core, model_max_length=1024, **SPECIAL_TOKENS)
+
+
 def load_tokenizer(path: str | Path = paths.DATA_DIR / "tokenizer") -> PreTrainedTokenizerFast:
     """The committed tokenizer (offline: a local directory written by ``save_pretrained``)."""
     path = Path(path)

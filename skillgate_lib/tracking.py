@@ -6,7 +6,7 @@ mirrors each metrics row to the dashboards engine users expect, and
 every ``log_metrics``. One row is one
 ``log_metrics`` call of :class:`skillgate_lib.logs.RunWriter`: its ``step``, its ``split``
 (a row without one is ``train``) and numeric fields, written as ``<split>/<field>`` at
-that step; text, lists and non-finite numbers are left to the JSONL file.
+that step (a field already named ``<split>/...`` as it is); text, lists and non-finite numbers are left to the JSONL file.
 
 ==============  ================================================  ===========================
 ``report_to``   writes                                            needs
@@ -33,14 +33,18 @@ BACKENDS = {"tensorboard": "tensorboard", "wandb": "wandb", "trackio": "trackio"
 
 
 def scalars(row: Mapping[str, Any]) -> dict[str, float]:
-    """A metrics row's finite numbers as ``<split>/<field>`` (``step`` and ``split`` themselves excluded)."""
+    """A metrics row's finite numbers as ``<split>/<field>`` (``step`` and ``split`` themselves excluded).
+
+    A field already named under its split (the kit's trainer logs ``eval/success`` in an ``eval``
+    row) keeps its name: the tag is ``eval/success``, never ``eval/eval/success``.
+    """
     split = row.get("split") or "train"
     out = {}
     for key, value in row.items():
         if key in ("step", "split") or isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
         if math.isfinite(value):
-            out[f"{split}/{key}"] = float(value)
+            out[key if key.startswith(f"{split}/") else f"{split}/{key}"] = float(value)
     return out
 
 

@@ -32,7 +32,7 @@ import torch
 from tqdm.auto import tqdm
 
 from skillgate_lib import credit as credit_lib
-from skillgate_lib import logs, methods, paths, regimes, tracking
+from skillgate_lib import devices, logs, methods, paths, regimes, tracking
 from skillgate_lib.batching import pack, response_logprobs
 from skillgate_lib.cli import add_fields, from_args
 from skillgate_lib.env import READ_CLOSE, READ_OPEN, SkillSlateEnv, display_name, token_spans
@@ -101,6 +101,8 @@ class TrainConfig:
     """Task horizons, drawn uniformly (default: the regime's)."""
     step_echo: int | None = None
     """Times each step line restates the task (policy tokens per step; default: the regime's)."""
+    step_note: int | None = None
+    """Free words that end each step line (default: the regime's)."""
     skill_free: bool = False
     """Skill-free RL: trained with no slate and every read answered with an error; evaluated on the slate protocol."""
     domains: tuple[str, ...] = ()
@@ -119,6 +121,10 @@ class TrainConfig:
     """Atomic checkpoint (adapter, optimizer, step) every N steps."""
     threads: int = 2
     """torch CPU threads."""
+    device: str = "auto"
+    """Where the policy runs: auto (CUDA when present), cpu or cuda. Sampling draws from the CPU stream on any device."""
+    bf16: bool = False
+    """bf16 autocast of the forward passes (CUDA only); fp32 otherwise."""
     length_buckets: int = 4
     """Row groups of similar response length in the update's forwards (1 = one batch padded to the longest
     response, as runs before this field). Speed only: the numbers agree up to rounding, like ``threads``."""
@@ -146,7 +152,7 @@ class TrainConfig:
         if self.max_draws < 1:
             raise ValueError(f"max_draws must be >= 1, got {self.max_draws}")
         preset = regimes.get(self.regime)
-        for name in ("step_failure", "lookalike_agreement", "step_echo", "max_new_tokens"):
+        for name in ("step_failure", "lookalike_agreement", "step_echo", "step_note", "max_new_tokens"):
             if getattr(self, name) is None:
                 setattr(self, name, getattr(preset, name))
         self.horizons = tuple(self.horizons) or preset.horizons
@@ -212,7 +218,7 @@ def selection_ce(model, tokenizer, env: SkillSlateEnv, pairs, whole_call: bool =
         teachers.append(Episode(task, slate, g, prompt, response_ids=list(ids), policy_mask=mask))
     batch = pack(teachers, tokenizer.pad_token_id)
     logp = response_logprobs(model, batch)
-    mask = batch["response_mask"]
+    mask = batch["response_mask"].to(logp.device)
     return -(logp * mask).sum() / mask.sum()
 
 
@@ -240,12 +246,13 @@ def _config_record(cfg: TrainConfig) -> dict:
 
 
 #: Settings a resumed run may change: the budget, where it writes, and speed knobs that change rounding only.
-_RESUMABLE = {"threads", "length_buckets", "run_dir", "steps", "report_to"}  # a longer budget continues the same run
+_RESUMABLE = {"threads", "length_buckets", "run_dir", "steps", "report_to", "device"}  # a longer budget continues the same run
 #: What a run recorded before a field existed did as that field's value says here: a run whose
 #: config.json lacks the field is compared against it (it trained without dynamic sampling, in
 #: the environment now called ``easy``), so it never resumes under another protocol.
 _BEFORE_FIELD = {"eval_split": "eval", "filter_groups": False, "max_draws": 1, "regime": "easy", "lookalike_agreement": 0.0,
-                 "horizons": list(range(1, 9)), "method": None, "step_echo": 0}
+                 "horizons": list(range(1, 9)), "method": None, "step_echo": 0,
+                 "step_note": 0}
 
 
 def check_resume_config(run_dir: Path, cfg: TrainConfig) -> None:
@@ -269,7 +276,7 @@ def make_env(cfg: TrainConfig, train: bool = True) -> SkillSlateEnv:
     """
     domains = (cfg.domains if train else cfg.eval_domains) or None
     return SkillSlateEnv(step_failure=cfg.step_failure, lookalike_agreement=cfg.lookalike_agreement,
-                         horizons=cfg.horizons, step_echo=cfg.step_echo, domains=domains,
+                         horizons=cfg.horizons, step_echo=cfg.step_echo, step_note=cfg.step_note, domains=domains,
                          show_slate=not (cfg.skill_free and train))
 
 
@@ -347,15 +354,17 @@ def sample_batch(model, tokenizer, env: SkillSlateEnv, cfg: TrainConfig,
 def _policy_gradient(model, opt, params, batch: dict, cr: credit_lib.Credit, cfg: TrainConfig,
                      bc_loss=None) -> dict:
     """Clipped policy-gradient update(s) with the credit's per-token advantages and weights, plus the KL term."""
-    adv, w, mask = cr.advantages.float(), cr.weights.float(), batch["response_mask"]
+    device = next(model.parameters()).device
+    adv, w, mask = (t.to(device) for t in (cr.advantages.float(), cr.weights.float(), batch["response_mask"]))
     model.train()
     old_logp = None
     loss = kl = grad_norm = torch.zeros(())
     if cfg.kl_coef > 0:
-        with torch.no_grad(), model.disable_adapter():
+        with torch.no_grad(), model.disable_adapter(), devices.autocast(device, cfg.bf16):
             ref_logp = response_logprobs(model, batch, buckets=cfg.length_buckets)
     for _ in range(cfg.ppo_epochs):
-        logp = response_logprobs(model, batch, buckets=cfg.length_buckets)
+        with devices.autocast(device, cfg.bf16):
+            logp = response_logprobs(model, batch, buckets=cfg.length_buckets)
         if old_logp is None:
             old_logp = logp.detach()
         ratio = torch.exp(logp - old_logp)
@@ -461,11 +470,13 @@ def train(cfg: TrainConfig, progress: bool = True, resume: bool = False) -> pd.D
     if resume:
         writer.remove_partial_writes()
     env, eval_env = make_env(cfg), make_env(cfg, train=False)
+    device = devices.resolve(cfg.device)
+    devices.check_bf16(device, cfg.bf16)
     base, tokenizer = load_policy(cfg.model)
-    model, params, opt, ccfg, skill_values = setup_training(base, cfg)
+    model, params, opt, ccfg, skill_values = setup_training(base.to(device), cfg)
     start = 0
     if resume and _checkpoint_path(run_dir).exists():
-        state = torch.load(_checkpoint_path(run_dir), weights_only=False)
+        state = torch.load(_checkpoint_path(run_dir), weights_only=False, map_location=device)
         set_peft_model_state_dict(model, state["adapter"])
         opt.load_state_dict(state["optimizer"])
         skill_values = state.get("skill_values", skill_values)

@@ -34,17 +34,18 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from . import logs, paths
+from . import devices, logs, paths
 from .batching import pack, response_logits
 from .cli import add_fields, from_args
-from .env import SkillSlateEnv, load_tokenizer, mixed_reads
+from .env import NOTE_OPEN, SkillSlateEnv, load_tokenizer, mixed_reads
+from .tokenizer import extend_tokenizer
 from .models import LOAD_KWARGS, tiny_llama
 from .rollout import Episode
 from .seeding import seed_everything, stream_seed
 
 BASE_DIR = paths.DATA_DIR / "models" / "tiny-base"
 TINY_SFT_DIR = paths.DATA_DIR / "models" / "tiny-sft"
-TOKEN_TYPES = ("format", "variant", "value")
+TOKEN_TYPES = ("format", "variant", "value", "note")
 
 
 @dataclass
@@ -80,10 +81,17 @@ class WarmStartConfig:
     and N seeded others (``SkillSlateEnv(table_seed=...)``), so that values must be looked up in the body."""
     step_echo: int = 0
     """Times each demonstration's step lines restate the task (``SkillSlateEnv(step_echo=...)``)."""
+    step_note: int = 0
+    """Free words each demonstration's step lines end with (``SkillSlateEnv(step_note=...)``); the tokenizer
+    is extended with the note words the starting model lacks."""
     seed: int = 0
     """Seed of the model init and the demonstration stream."""
     threads: int = 2
     """torch CPU threads."""
+    device: str = "auto"
+    """Where the model trains: auto (CUDA when present), cpu or cuda."""
+    bf16: bool = False
+    """bf16 autocast of the forward passes (CUDA only)."""
     log_every: int = 25
     """Log loss and per-token-type accuracy every N steps."""
     checkpoint_every: int = 100
@@ -109,8 +117,11 @@ def demonstration_reads(slate, rng: np.random.Generator, cfg: WarmStartConfig) -
 
 
 def token_types(words: list[str]) -> list[str]:
-    """The type of each word of a response (word-level tokenizer: one token per word)."""
-    types, in_read, step_pos = [], False, None
+    """The type of each word of a response (word-level tokenizer: one token per word).
+
+    ``note`` marks the free words of a step line's note: their accuracy is about 1/32 by design.
+    """
+    types, in_read, step_pos, in_note = [], False, None, False
     for k, w in enumerate(words):
         kind = "format"
         if w == "<read>":
@@ -119,21 +130,25 @@ def token_types(words: list[str]) -> list[str]:
             in_read = False
         elif in_read and k + 1 < len(words) and words[k + 1] == "</read>":
             kind = "variant"
-        if w == "step":
-            step_pos = 0
+        if w in ("step", "<answer>"):
+            step_pos, in_note = (0 if w == "step" else None), False
         elif step_pos is not None:
             step_pos += 1
             if step_pos == 4:
                 kind = "value"
-        if w == "<answer>":
-            step_pos = None
+            elif in_note:
+                kind = "note"
+            in_note = in_note or (step_pos >= 5 and w == NOTE_OPEN)
         types.append(kind)
     return types
 
 
-def demo_episode(env: SkillSlateEnv, tokenizer, task, slate, reads: list[str]) -> tuple[Episode, list[str]]:
-    """A demonstration as an :class:`Episode` (inserted text gets no loss) and its token types."""
-    text = env.demonstration(task, slate, reads)
+def demo_episode(env: SkillSlateEnv, tokenizer, task, slate, reads: list[str],
+                 rng: np.random.Generator | None = None) -> tuple[Episode, list[str]]:
+    """A demonstration as an :class:`Episode` (inserted text gets no loss) and its token types.
+
+    ``rng`` draws the words of any notes (``env.step_note``)."""
+    text = env.demonstration(task, slate, reads, rng)
     outcome = env.score(task, slate, text)
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     mask = [not any(s <= a and b <= e for s, e in outcome.tool_spans) for a, b in enc["offset_mapping"]]
@@ -153,7 +168,9 @@ def _schedule(opt, steps: int, constant: bool = False):
 
 
 def _accuracy(logits: torch.Tensor, batch, types: list[list[str]]) -> dict[str, float]:
+    """Teacher-forced accuracy (``acc/<type>``) and mean ``1 - p(y)`` (``uncertainty/<type>``) per token type."""
     right = (logits.argmax(-1) == batch["response_ids"]) & batch["response_mask"]
+    p_y = torch.softmax(logits.float(), -1).gather(-1, batch["response_ids"][..., None]).squeeze(-1)
     out = {}
     for kind in TOKEN_TYPES:
         sel = torch.zeros_like(right)
@@ -162,17 +179,18 @@ def _accuracy(logits: torch.Tensor, batch, types: list[list[str]]) -> dict[str, 
         sel &= batch["response_mask"]
         if sel.any():
             out[f"acc/{kind}"] = float((right & sel).sum() / sel.sum())
+            out[f"uncertainty/{kind}"] = float((1 - p_y)[sel].mean())
     return out
 
 
 def checkpoint_diff(saved: dict, config: dict) -> dict:
-    """Fields (other than ``threads`` and ``out``) on which a checkpoint's config and ``config`` differ:
+    """Fields (other than ``threads``, ``out`` and ``device``) on which a checkpoint's config and ``config`` differ:
     ``{field: (checkpoint, now)}``. A field the checkpoint predates counts at its default, which is
     what that checkpoint trained with."""
     defaults = {f.name: f.default for f in dataclasses.fields(WarmStartConfig)}
     plain = {k: list(v) if isinstance(v, tuple) else v for k, v in config.items()}
     old = {**{k: list(v) if isinstance(v, tuple) else v for k, v in defaults.items() if k not in saved}, **saved}
-    return {k: (old.get(k), v) for k, v in plain.items() if k not in ("threads", "out") and old.get(k) != v}
+    return {k: (old.get(k), v) for k, v in plain.items() if k not in ("threads", "out", "device") and old.get(k) != v}
 
 
 def warmstart(cfg: WarmStartConfig, env: SkillSlateEnv | None = None, progress: bool = True):
@@ -181,9 +199,9 @@ def warmstart(cfg: WarmStartConfig, env: SkillSlateEnv | None = None, progress: 
 
     torch.set_num_threads(cfg.threads)
     seed_everything(cfg.seed)
-    env = env or SkillSlateEnv(horizons=cfg.horizons, step_echo=cfg.step_echo)
-    envs = [env] + [SkillSlateEnv(horizons=cfg.horizons, table_seed=k, step_echo=cfg.step_echo)
-                    for k in range(1, cfg.table_seeds + 1)]
+    env = env or SkillSlateEnv(horizons=cfg.horizons, step_echo=cfg.step_echo, step_note=cfg.step_note)
+    envs = [env] + [SkillSlateEnv(horizons=cfg.horizons, table_seed=k, step_echo=cfg.step_echo,
+                                  step_note=cfg.step_note) for k in range(1, cfg.table_seeds + 1)]
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     if cfg.init:
@@ -191,13 +209,20 @@ def warmstart(cfg: WarmStartConfig, env: SkillSlateEnv | None = None, progress: 
     else:
         tokenizer = load_tokenizer()
         model = tiny_llama(tokenizer)
+    extended = extend_tokenizer(tokenizer, env.vocabulary())
+    if len(extended) != len(tokenizer):  # new words (a note's): fresh embedding rows, every old id kept
+        tokenizer = extended
+        model.resize_token_embeddings(len(tokenizer))
+    device = devices.resolve(cfg.device)
+    devices.check_bf16(device, cfg.bf16)
+    model = model.to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01, betas=(0.9, 0.98))
     sched = _schedule(opt, cfg.steps, cfg.constant_lr)
     ckpt, log_path = out / "checkpoint.pt", out / "train_log.jsonl"
     config = dataclasses.asdict(cfg)
     start = 0
     if ckpt.exists():
-        state = torch.load(ckpt, weights_only=False)
+        state = torch.load(ckpt, weights_only=False, map_location=device)
         diff = checkpoint_diff(state["config"], config)
         if diff:
             raise ValueError(f"{ckpt}: written with other settings; differing fields (checkpoint, now): {diff}")
@@ -220,17 +245,18 @@ def warmstart(cfg: WarmStartConfig, env: SkillSlateEnv | None = None, progress: 
                 e = envs[int(rng.integers(len(envs)))]
                 task = e.make_task(task.domain, task.family, task.variant, task.start, task.horizon)
             slate = e.slate(task, seed=stream_seed(cfg.seed, step, 3, k))
-            ep, ty = demo_episode(e, tokenizer, task, slate, demonstration_reads(slate, rng, cfg))
+            ep, ty = demo_episode(e, tokenizer, task, slate, demonstration_reads(slate, rng, cfg), rng)
             episodes.append(ep)
             types.append(ty)
-        batch = pack(episodes, tokenizer.pad_token_id)
-        logits = response_logits(model, batch)
+        batch = {k: v.to(device) for k, v in pack(episodes, tokenizer.pad_token_id).items()}
+        with devices.autocast(device, cfg.bf16):
+            logits = response_logits(model, batch)
         mask = batch["response_mask"]
         weight = mask.float()
         if cfg.variant_weight != 1.0 or cfg.value_weight != 1.0:
             scale = {"variant": cfg.variant_weight, "value": cfg.value_weight}
             for i, ts in enumerate(types):
-                weight[i, : len(ts)] *= torch.tensor([scale.get(t, 1.0) for t in ts])
+                weight[i, : len(ts)] *= torch.tensor([scale.get(t, 1.0) for t in ts], device=device)
         logp = torch.gather(torch.log_softmax(logits, -1), 2, batch["response_ids"][..., None]).squeeze(-1)
         loss = -(logp * weight).sum() / weight.sum()
         opt.zero_grad(set_to_none=True)

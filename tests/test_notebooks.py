@@ -113,6 +113,11 @@ def test_pre_commit_hook_strips_a_run_notebook_back_to_the_committed_one(path, t
     assert _strip_with_the_hook(nbformat.writes(run), tmp_path) == committed
 
 
+def _parameter_names(path) -> set[str]:
+    (cell,) = [c for c in _cells(path) if "parameters" in c.get("metadata", {}).get("tags", [])]
+    return {t.id for node in ast.parse("".join(cell["source"])).body for t in node.targets}
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=ids)
 def test_parameters_cell_holds_literals_only(path):
     tagged = [c for c in _cells(path) if "parameters" in c.get("metadata", {}).get("tags", [])]
@@ -145,7 +150,7 @@ def executed_04(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SKILLGATE_FIGURES", str(tmp / "figures"))
         mp.setenv("SKILLGATE_BUILD", str(tmp / "build"))
-        params = notebooks.load_profile("figures")["04_paper_figures"]
+        params = notebooks.load_profile("figures")["04_paper_figures"] | {"figures_dir": str(tmp / "figures")}
         out = notebooks.run_notebook(notebooks.NOTEBOOK_DIR / "04_paper_figures.ipynb", tmp / "executed", params)
     return json.loads(out.read_text()), tmp / "figures"
 
@@ -189,7 +194,53 @@ def test_notebook_runs_headless(path, tmp_path, monkeypatch):
     # Figures from a test run go to a scratch folder, never over the committed ones.
     monkeypatch.setenv("SKILLGATE_FIGURES", str(tmp_path / "figures"))
     monkeypatch.setenv("SKILLGATE_BUILD", str(tmp_path / "build"))
-    out = notebooks.run_notebook(path, tmp_path / "executed")
+    params = {"figures_dir": str(tmp_path / "figures")} if "figures_dir" in _parameter_names(path) else {}
+    out = notebooks.run_notebook(path, tmp_path / "executed", params)
     executed = json.loads(out.read_text())
     errors = [o for c in executed["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors
+
+
+#: The parameters naming where each notebook writes (notebook 02, not listed, writes figures/ through savefig).
+WRITES = {"01": ("figures_dir",), "03": ("run_root", "heldout_root", "study_root"), "04": ("figures_dir",)}
+
+
+@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.stem[:2] in WRITES], ids=lambda p: p.stem)
+def test_notebook_defaults_write_under_build_only(path):
+    """Run All at the defaults must not rewrite committed files: every folder a notebook writes to is
+    under build/ by default (the profiles of make figures / make reproduce pass ../figures)."""
+    (cell,) = [c for c in _cells(path) if "parameters" in c.get("metadata", {}).get("tags", [])]
+    values = {t.id: ast.literal_eval(node.value) for node in ast.parse("".join(cell["source"])).body for t in node.targets}
+    for name in WRITES[path.stem[:2]]:
+        assert name in values, f"{path.name}: no parameter {name}"
+        assert str(values[name]).startswith("../build/"), f"{path.name}: {name} = {values[name]!r} writes outside build/"
+
+
+_PROGRESS_CELL = ("from skillgate_lib.notebooks import progress_bar\n"
+                  "bar = progress_bar(total=2, desc='steps')\nbar.update(2)\nbar.close()\nprint(type(bar).__module__)")
+
+
+def test_progress_is_a_widget_in_the_lab_and_text_lines_headless(tmp_path):
+    """In a kernel the lab starts, a bar is tqdm's widget; in a papermill run (run_notebook) it is text on stderr."""
+    import os
+
+    import nbclient
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(_PROGRESS_CELL)])
+    nb.metadata = notebooks.lab_metadata()
+    path = tmp_path / "99_progress.ipynb"
+    nbformat.write(nb, path)
+    env_before = os.environ.pop(notebooks.HEADLESS_ENV, None)
+    try:  # as the lab runs it: a kernel without the headless flag
+        lab = nbclient.NotebookClient(nbformat.read(path, as_version=4), kernel_name=notebooks.KERNEL).execute()
+    finally:
+        if env_before is not None:
+            os.environ[notebooks.HEADLESS_ENV] = env_before
+    outputs = lab.cells[0].outputs
+    assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in outputs), outputs
+    assert "tqdm.notebook" in "".join(o.get("text", "") for o in outputs if o.get("name") == "stdout")
+    headless = json.loads(notebooks.run_notebook(path, tmp_path / "executed").read_text())["cells"][0]["outputs"]
+    assert not any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in headless), headless
+    stderr = "".join("".join(o["text"]) for o in headless if o.get("name") == "stderr")
+    assert PROGRESS.match(stderr.strip().splitlines()[-1]), stderr
+    assert "tqdm.std" in "".join("".join(o["text"]) for o in headless if o.get("name") == "stdout")

@@ -15,6 +15,13 @@ def test_scalars_keep_finite_numbers_under_their_split():
     assert tracking.scalars({"step": 1, "loss": 2}) == {"train/loss": 2.0}
 
 
+def test_fields_named_under_their_split_are_not_prefixed_twice():
+    """The kit's trainer logs ``train/success`` and ``eval/success``: the tags are those names, not ``train/train/...``."""
+    row = {"step": 5, "split": "eval", "eval/success": 0.5, "eval/oracle_read": 0.25, "train/loss": 1.0}
+    assert tracking.scalars(row) == {"eval/success": 0.5, "eval/oracle_read": 0.25, "eval/train/loss": 1.0}
+    assert tracking.scalars({"step": 1, "train/success": 1}) == {"train/success": 1.0}
+
+
 def test_unknown_or_missing_tracker_is_a_clear_error(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="report_to 'mlflow': expected some of tensorboard, wandb, trackio"):
         tracking.Tracker(tmp_path, ["mlflow"])

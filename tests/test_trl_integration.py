@@ -486,27 +486,26 @@ def test_trl_credit_on_the_kit_environment(env_run):
 
 
 def test_the_audit_reads_the_kit_environment_trl_run(env_run, capsys):
+    """The audit of a SkillGate TRL run uses the reads the trainer logged (categories, token positions): no --tasks,
+    no read pattern; off-slate reads are ``invalid`` reads, not bad rows. Its figures go beside the run."""
     from skillgate_lib import audit
     from skillgate_lib.__main__ import main
-    from skillgate_lib.integrations.trl import AUDIT_READ_PATTERN
-    from skillgate_lib.models import TINY_MODELS
 
     trainer, env, reward, tok, out = env_run
     first = pd.read_parquet(out / "completions" / "completions_00001.parquet")
     assert set(first["task_id"]) == set(reward.episodes) and list(first["read_categories"].map(list)[:1]) == [["oracle"]]
     assert [t.split() for t in first["completion"]] == [t.split() for t, _, _ in _episodes(trainer.generated[0], reward, tok)]
-    # The audit's text readers refuse a read of a skill the task table does not list (an off-slate read): --skip-bad.
-    flags = ["--format", "trl", "--tasks", str(out / "tasks.jsonl"), "--tokenizer", str(TINY_MODELS["tiny"]),
-             "--read-pattern", AUDIT_READ_PATTERN, "--n-boot", "50", "--split", "all", "--skip-bad"]
-    assert main(["audit", str(out), *flags, "--no-figures"]) == 0
-    assert "oracle" in capsys.readouterr().out
-    result = audit.run_audit(out, fmt="trl", tasks=out / "tasks.jsonl", tokenizer=str(TINY_MODELS["tiny"]),
-                             read_patterns=(AUDIT_READ_PATTERN,), split=None, n_boot=50, skip_bad=True)
+    assert main(["audit", str(out), "--format", "trl", "--n-boot", "50", "--split", "all"]) == 0
+    printed = capsys.readouterr().out
+    beside = out.parent / f"{out.name}-audit"
+    assert "no skill categories" not in printed and f"figures: {beside}" in printed
+    assert (beside / "audit_trends.csv").is_file() and any(beside.glob("*.png"))
+    result = audit.run_audit(out, fmt="trl", split=None, n_boot=50)
     logged = pd.concat([first, pd.read_parquet(out / "completions" / "completions_00002.parquet")])
     invalid = logged["read_categories"].map(lambda c: "invalid" in list(c))
     assert len(logged) == 2 * 2 * len(PLANS) and invalid.sum() >= 2  # step 0's scripted off-slate reads
-    assert result.n_rows == (~invalid).sum() and sum(result.problems.skipped.values()) == invalid.sum()
-    has_oracle = logged["read_categories"].map(lambda c: "oracle" in list(c))[~invalid]
+    assert result.categorised and result.n_rows == len(logged) and not result.problems.skipped
+    has_oracle = logged["read_categories"].map(lambda c: "oracle" in list(c))
     assert result.overall["oracle_read"] == pytest.approx(has_oracle.mean()) and result.overall["oracle_read"] > 0
 
 
@@ -528,27 +527,93 @@ def test_a_batch_with_every_group_filtered_takes_no_optimizer_step(tmp_path):
     assert frozen == {"skillgate": True, "outcome": True, "unfiltered": False}
 
 
-def test_the_trl_example_runs(tmp_path, monkeypatch):
-    """examples/trl/train_skillgate.py as a user runs it, at CPU smoke-test size."""
-    import importlib.util
-    import json
+def _run_example(argv: list[str]) -> int:
+    """examples/trl/train_skillgate.py as a user runs it (``python examples/trl/train_skillgate.py ARGV``): its exit status."""
     import runpy
     import sys
     from pathlib import Path
 
+    script = Path(__file__).resolve().parents[1] / "examples" / "trl" / "train_skillgate.py"
+    old = sys.argv
+    sys.argv = [str(script), *argv]
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    except SystemExit as stop:
+        return int(stop.code or 0)
+    finally:
+        sys.argv = old
+    return 0
+
+
+def test_the_trl_example_runs(tmp_path, monkeypatch, capsys):
+    """The example at a small size, with every reward equal: it writes the run and ends loudly, exit status 1."""
+    import importlib.util
+    import json
+
+    from skillgate_lib.integrations import trl as sg_trl
+
+    monkeypatch.setattr(sg_trl.EnvReward, "__call__", lambda self, prompts, completions, **_: [0.0] * len(completions))
     out = tmp_path / "run"
     report = "tensorboard" if importlib.util.find_spec("tensorboard") else "none"
-    script = Path(__file__).resolve().parents[1] / "examples" / "trl" / "train_skillgate.py"
-    monkeypatch.setattr(sys, "argv", [str(script), "--output-dir", str(out), "--n-tasks", "4", "--max-steps", "2",
-                                      "--max-completion-length", "128", "--report-to", report])
-    runpy.run_path(str(script), run_name="__main__")
+    status = _run_example(["--output-dir", str(out), "--n-tasks", "4", "--max-steps", "2", "--per-device-train-batch-size",
+                           "8", "--max-completion-length", "128", "--report-to", report])
+    captured = capsys.readouterr()
+    assert status == 1 and "NO OPTIMIZER STEP WAS TAKEN: all 2 steps were skipped" in captured.err
+    assert "audit it with" not in captured.out
     config = json.loads((out / "config.json").read_text())
     assert config["method"] == "skillgate" and config["credit"] == "skillgate" and config["versions"]["trl"]
     assert config["regime"] == "easy" and config["step_failure"] == 0.0 and config["max_completion_length"] == 128
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [(r["step"], r["split"]) for r in rows] == [(1, "train"), (2, "train"), (2, "summary")]
     assert all("credit/groups_filtered" in r and "rewards/env_reward/mean" in r for r in rows[:2])
+    assert [r["credit/update_skipped"] for r in rows[:2]] == [1.0, 1.0]
     assert sorted(p.name for p in (out / "completions").iterdir()) == ["completions_00001.parquet", "completions_00002.parquet"]
     assert len((out / "tasks.jsonl").read_text().splitlines()) >= 1 and (out / "tokenizer" / "tokenizer.json").is_file()
     if report == "tensorboard":
         assert any((out / "runs").rglob("events.out.tfevents.*"))
+
+
+@pytest.mark.slow
+def test_the_trl_smoke_defaults_take_an_optimizer_step(tmp_path, capsys):
+    """``python examples/trl/train_skillgate.py`` with its defaults (minutes on 2 CPU cores): at least one step updates."""
+    import json
+
+    out = tmp_path / "run"
+    assert _run_example(["--output-dir", str(out)]) == 0
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    skipped = [r["credit/update_skipped"] for r in rows if r["split"] == "train"]
+    assert len(skipped) == 4 and skipped.count(0.0) >= 1
+    assert f"{skipped.count(0.0)} of 4 steps took an optimizer step" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("hook", ["_generate_single_turn", "_generate_and_score_completions", "_calculate_rewards",
+                                  "compute_loss"])
+def test_trl_private_hook_is_unchanged(hook):
+    """One test per private GRPOTrainer method SkillGateGRPOTrainer overrides: a TRL release that changes one fails here."""
+    from trl import GRPOTrainer
+
+    from skillgate_lib.integrations.trl_hooks import method_problem
+
+    assert method_problem(GRPOTrainer, hook) is None
+
+
+@pytest.mark.parametrize("attribute", ["_metrics", "_logs"])
+def test_trl_private_attribute_is_unchanged(run, attribute):
+    from skillgate_lib.integrations.trl_hooks import attribute_problem
+
+    trainer, *_ = run
+    assert attribute_problem(trainer, attribute) is None
+
+
+def test_a_changed_trl_hook_is_refused_by_name(monkeypatch):
+    from trl import GRPOTrainer
+
+    from skillgate_lib.integrations.trl_hooks import check_trl_hooks
+
+    monkeypatch.setattr(GRPOTrainer, "_calculate_rewards", lambda self, inputs, prompts, completions: None)
+    with pytest.raises(RuntimeError, match=r"GRPOTrainer._calculate_rewards\('self', 'inputs', 'prompts', 'completions'\) "
+                                           r"differs.*Install trl==1.16.0"):
+        check_trl_hooks(GRPOTrainer)
+    monkeypatch.delattr(GRPOTrainer, "_generate_single_turn")
+    with pytest.raises(RuntimeError, match="_generate_single_turn no longer exists"):
+        check_trl_hooks(GRPOTrainer)

@@ -1,8 +1,10 @@
 """The ``skillgate`` estimator through verl's own registry (and compute_advantage where verl's trainer imports).
 
 verl imports Ray at package import; on the kit's light install :mod:`verl_light` puts a
-stand-in in place. ``verl.trainer.ppo.ray_trainer`` (home of ``compute_advantage``) needs
-the real Ray and verl's serving stack, so that one test skips on the light install.
+stand-in in place (the kit's own module imports without either: first test). ``verl.trainer.ppo.ray_trainer``
+(home of ``compute_advantage``) needs the real Ray and verl's serving stack, so that one test
+skips on the light install. The worker hook, the reward manager, the read tool and the tool
+parser run at the end of this file on verl's own classes (they need aiohttp and hydra too).
 """
 
 from __future__ import annotations
@@ -12,6 +14,19 @@ import pytest
 import torch
 import verl_light
 
+
+def test_the_verl_integration_imports_without_verl_or_ray():
+    """A fresh interpreter without the stand-in: importing the module loads neither verl nor Ray."""
+    import subprocess
+    import sys
+
+    code = ("import sys, skillgate_lib.integrations.verl as m, skillgate_lib.integrations.verl_runner, "
+            "skillgate_lib.integrations.verl_data; "
+            "print(sorted(k for k in sys.modules if k.split('.')[0] in ('ray', 'verl')), callable(m.register))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["[]", "True"], out.stderr
+
+
 verl_light.stub_ray_if_absent()
 core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
 from verl import DataProto  # noqa: E402
@@ -19,6 +34,8 @@ from verl.trainer.config import AlgoConfig  # noqa: E402
 
 from skillgate_lib.credit import CreditConfig, CreditInputs, ReadSpan, assign  # noqa: E402
 from skillgate_lib.integrations import verl as sg  # noqa: E402
+
+sg.register()
 
 L = 8
 # Four prompt groups, interleaved on purpose: grouping must follow the uid, not the position.
@@ -189,7 +206,7 @@ def _kit_batch():
     from skillgate_lib.rollout import Episode, annotate
 
     env, tok = SkillSlateEnv(), load_tokenizer()
-    rows = verl_rows(env, n_tasks=2, seed=0)
+    rows = verl_rows("easy", n_tasks=2, seed=0)
     prompts, responses, policy, infos, uids, kit = [], [], [], [], [], []
     for g, row in enumerate(rows):
         task, slate = episode_of(env, row["extra_info"])
@@ -281,3 +298,129 @@ def test_utility_estimator_carries_skill_values(monkeypatch):
         torch.testing.assert_close(adv, (credit.advantages * credit.weights * int(mask.sum())).float())
         assert (step == 0) == all(a == 0 for row in credit.read_adv for a in row)
     assert kit[0].slate.oracle in sg.SKILL_VALUES.values and all("-" in n for n in sg.SKILL_VALUES.values)
+
+
+# ------------------------------------------------------------------ the launch path's pieces, on verl's own classes
+
+
+def _needs_verl_loop():
+    pytest.importorskip("aiohttp", reason="verl's reward loop imports aiohttp (Makefile VERL_DEPS)")
+
+
+def test_the_worker_hook_registers_the_estimators_and_the_reward_manager(monkeypatch):
+    """setup_worker as each Ray worker runs it. Left out on the light install: the trainer's registration (needs
+    TransferQueue, which needs Ray) and the tool parser's (verl's agent loop needs its serving stack)."""
+    _needs_verl_loop()
+    from verl.experimental.reward_loop.reward_manager.registry import get_reward_manager_cls
+
+    from skillgate_lib.integrations import verl_runner, verl_tool
+
+    left_out = []
+    monkeypatch.setattr(verl_runner, "trainer_class", lambda: left_out.append("trainer"))
+    monkeypatch.setattr(verl_tool, "register_parser", lambda: left_out.append("parser"))
+    verl_runner.setup_worker()
+    verl_runner.setup_worker()  # idempotent, as Ray may run it twice in a process
+    assert left_out == ["parser", "trainer"] * 2
+    assert core_algos.get_adv_estimator_fn("skillgate_utility") is sg.compute_utility_advantage
+    assert get_reward_manager_cls(verl_runner.REWARD_MANAGER) is verl_runner.reward_manager_class()
+
+
+def test_the_reward_manager_scores_and_annotates_a_verl_sample():
+    """SkillGateRewardManager.run_single (verl's naive manager underneath) on one-row DataProtos of kit episodes."""
+    _needs_verl_loop()
+    import asyncio
+
+    from skillgate_lib.integrations import verl_data
+    from skillgate_lib.integrations.verl_runner import read_annotations, reward_manager_class
+
+    env, tok, data, kit = _kit_batch()
+    data.non_tensor_batch["data_source"] = np.array([verl_data.DATA_SOURCE] * len(kit), dtype=object)
+    data.non_tensor_batch["reward_model"] = np.array([{"ground_truth": ep.task.gold_answer} for ep in kit], dtype=object)
+
+    async def score_all():
+        manager = reward_manager_class()(config=None, tokenizer=tok, compute_score=verl_data.compute_score)
+        return [await manager.run_single(data[i: i + 1]) for i in range(len(kit))]
+
+    outs = asyncio.run(score_all())
+    assert [o["reward_score"] for o in outs] == [ep.outcome.reward for ep in kit] == [1.0, 0.0, 1.0, 0.0] * 2
+    reads, names = read_annotations(range(len(kit)), [{"reward_extra_info": o["reward_extra_info"]} for o in outs])
+    assert reads == [ep.read_spans for ep in kit] and names == [ep.read_names for ep in kit]
+    with pytest.raises(KeyError, match="sample 7: reward_extra_info has no 'skillgate_reads'; set reward.reward_manager.name=skillgate"):
+        read_annotations([7], [{"reward_extra_info": {"acc": 1.0}}])
+
+
+def test_the_read_tool_and_parser_insert_what_the_kit_inserts():
+    """verl's tool agent loop pieces on a kit row: the parser turns the policy's read into a call, the tool answers
+    it with the kit's insertion (any spelling of the name), and the episode so assembled scores as the kit's."""
+    _needs_verl_loop()
+    import asyncio
+    import json
+
+    from types import SimpleNamespace
+
+    from skillgate_lib import regimes
+    from skillgate_lib.env import display_name
+    from skillgate_lib.integrations.verl_data import DATA_SOURCE, compute_score, episode_of, verl_rows
+    from skillgate_lib.integrations.verl_tool import CALLS_KEY, SkillReadTool, kit_read_calls
+
+    row = verl_rows("easy", n_tasks=1, seed=0)[0]
+    env, info = regimes.get("easy").env(), row["extra_info"]
+    task, slate = episode_of(env, info)
+    written = display_name(slate.oracle).title().replace(" ", "_")  # a spelling the environment itself would not serve
+    content, calls = kit_read_calls(f"step one <read> {written} </read> <read> </read>")
+    # an empty read is a call too: the environment answers it with an error, as in the kit's rollout
+    assert content == "step one" and [(n, json.loads(a)) for n, a in calls] == [("read", {"skill": written}),
+                                                                               ("read", {"skill": ""})]
+
+    async def episode(words: list[str]):
+        # verl's AgentData: the tool keeps the episode's calls in its extra_fields
+        tool, agent = SkillReadTool(config={"type": "native"}), SimpleNamespace(extra_fields={})
+        replies = []
+        for w in words:  # verl creates, executes and releases one instance per call
+            iid, _ = await tool.create(create_kwargs=info["tools_kwargs"]["read"]["create_kwargs"])
+            reply, reward, _ = await tool.execute(iid, {"skill": w}, agent_data=agent)
+            await tool.release(iid)
+            replies.append(reply.text)
+        return replies, agent.extra_fields[CALLS_KEY]
+
+    replies, served = asyncio.run(episode(["Ledger Nothing", written] + [written] * 4))
+    words = [display_name(slate.oracle)]
+    expected = [env.tool_response(task, slate, " ".join(f"<read> {w} </read>" for w in (["ledger nothing"] + words * k)[: k + 1])).strip()
+                for k in range(6)]
+    assert replies == expected and served[1:] == words * 5
+    assert replies[1].startswith("<body>") and replies[5] != replies[1]  # past max_reads: an error, not the body
+    # The policy's read, the tool's reply as the kit template renders it, then the demonstration's steps: success.
+    demo = env.demonstration(task, slate, [slate.oracle])
+    head = f"<read> {display_name(slate.oracle)} </read>"
+    assert demo.startswith(head + " " + replies[1])
+    assert compute_score(DATA_SOURCE, demo, task.gold_answer, info) == 1.0
+    assert compute_score(DATA_SOURCE, demo.replace(" " + replies[1], "", 1), task.gold_answer, info) == 0.0  # no body
+
+
+def test_make_data_writes_the_regime_and_the_tool_kwargs(tmp_path):
+    import runpy
+    from pathlib import Path
+
+    import pandas as pd
+
+    from skillgate_lib.integrations.verl_data import regime_env
+
+    script = Path(__file__).resolve().parents[1] / "examples" / "verl" / "make_data.py"
+    runpy.run_path(str(script), run_name="make_data")["main"](["--out", str(tmp_path), "--regime", "paper",
+                                                               "--n-train", "3", "--n-val", "2"])
+    train = pd.read_parquet(tmp_path / "train.parquet")
+    assert len(train) == 3 and len(pd.read_parquet(tmp_path / "val.parquet")) == 2
+    info = train["extra_info"][0]
+    assert info["regime"] == "paper" and info["tools_kwargs"]["read"]["create_kwargs"]["regime"] == "paper"
+    assert regime_env(info).step_failure == 0.15 and regime_env({}).step_failure == 0.0
+    with pytest.raises(SystemExit):
+        runpy.run_path(str(script), run_name="make_data")["main"](["--out", str(tmp_path), "--regime", "nope"])
+
+
+def test_the_chat_template_override_parses_back_to_the_template():
+    hydra_parser = pytest.importorskip("hydra.core.override_parser.overrides_parser")
+    from skillgate_lib.integrations.kit_chat import CHAT_TEMPLATE
+    from skillgate_lib.integrations.verl_runner import chat_template_override
+
+    override = hydra_parser.OverridesParser.create().parse_override(chat_template_override())
+    assert override.key_or_group == "actor_rollout_ref.model.custom_chat_template" and override.value() == CHAT_TEMPLATE

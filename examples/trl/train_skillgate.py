@@ -1,8 +1,9 @@
 """SkillGate GRPO in TRL on the kit's environment: the skill read is a tool, TRL inserts its body and masks it.
 
-CPU smoke test (the embedded model, two steps, well under a minute)::
+CPU smoke test (the embedded model, the defaults: 4 steps of 16 episodes, under a minute; at least
+one step must find a prompt group whose rewards differ, or no optimizer step is taken)::
 
-    python examples/trl/train_skillgate.py --max-steps 2
+    python examples/trl/train_skillgate.py
 
 A real model on GPUs (any Hugging Face id or local path; see README "Scaling out")::
 
@@ -15,7 +16,9 @@ A run writes, under ``--output-dir``: ``config.json`` (every setting, package ve
 (every completion with the kit's per-read columns), ``tasks.jsonl`` (the slates) and
 ``tokenizer/`` (with the chat template the episodes were rendered with), both for the
 audit, and, with ``--report-to tensorboard``, TensorBoard event files under ``runs/``.
-The script ends by printing the ``python -m skillgate_lib audit`` command for the run.
+The script ends by printing the ``python -m skillgate_lib audit`` command for the run, or, when
+every step was skipped (each group's rewards all equal: nothing to learn from), a loud message
+and exit status 1.
 """
 
 from __future__ import annotations
@@ -58,11 +61,11 @@ class Args:
     """run directory"""
     n_tasks: int = 64
     """training tasks drawn from the environment"""
-    max_steps: int = 2
+    max_steps: int = 4
     """GRPO steps (one generation batch each)"""
     num_generations: int = 4
     """rollouts per prompt (the GRPO group)"""
-    per_device_train_batch_size: int = 8
+    per_device_train_batch_size: int = 16
     """completions per device per step (a multiple of num_generations)"""
     max_completion_length: int | None = None
     """tokens per episode, policy and inserted bodies together (default: the regime's)"""
@@ -97,6 +100,12 @@ def audit_command(run_dir: Path) -> str:
                        "--read-pattern", AUDIT_READ_PATTERN, "--split", "all", "--skip-bad"])
 
 
+def updated_steps(trainer: SkillGateGRPOTrainer) -> tuple[int, int]:
+    """``(steps that took an optimizer step, steps logged)`` from the trainer's ``credit/update_skipped`` log."""
+    skipped = [h["credit/update_skipped"] for h in trainer.state.log_history if "credit/update_skipped" in h]
+    return sum(s == 0 for s in skipped), len(skipped)
+
+
 def main(argv: list[str] | None = None) -> SkillGateGRPOTrainer:
     args = parse(argv)
     method, regime = methods.get(args.method), regimes.get(args.regime)
@@ -129,11 +138,19 @@ def main(argv: list[str] | None = None) -> SkillGateGRPOTrainer:
         peft_config=LoraConfig(r=args.lora_r, lora_alpha=2 * args.lora_r, target_modules="all-linear", task_type="CAUSAL_LM"),
     )
     trainer.train()
-    if state.is_main_process:
-        print(f"\n{out}: config.json, metrics.jsonl, completions/, tasks.jsonl, tokenizer/; audit it with\n"
+    updated, steps = updated_steps(trainer)
+    if state.is_main_process and updated == 0:
+        bar = "!" * 78
+        print(f"\n{bar}\nNO OPTIMIZER STEP WAS TAKEN: all {steps} steps were skipped (credit/update_skipped = 1), because "
+              f"in every step each prompt group's rewards were equal, so no group carried a learning signal. The policy "
+              f"is unchanged. Draw more episodes per step (--per-device-train-batch-size, --num-generations) or more "
+              f"steps (--max-steps), or choose an easier --regime.\n{bar}", file=sys.stderr, flush=True)
+    elif state.is_main_process:
+        print(f"\n{out}: {updated} of {steps} steps took an optimizer step (the others had no prompt group whose "
+              f"rewards differ); config.json, metrics.jsonl, completions/, tasks.jsonl, tokenizer/; audit it with\n"
               f"  {audit_command(out)}")
     return trainer
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(0 if updated_steps(main())[0] else 1)

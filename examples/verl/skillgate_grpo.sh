@@ -9,23 +9,29 @@
 # aggregation makes verl's loss equal the kit's sum(weights * surrogate) exactly; see
 # the docstring of skillgate_lib/integrations/verl.py.
 #
-# Data: `python examples/verl/make_data.py --out data/verl` writes the kit's environment
-# as verl RL parquet rows whose extra_info carries the task and the slate (skill_names /
-# skill_categories: what the reward manager categorises reads by); the reward function is
-# skillgate_lib/integrations/verl_data.py:compute_score (the environment's verifier).
+# Data: `python examples/verl/make_data.py --out data/verl --regime easy` writes the kit's environment
+# as verl RL parquet rows whose extra_info carries the task, the slate (skill_names /
+# skill_categories: what the reward manager categorises reads by) and the regime; the reward
+# function is skillgate_lib/integrations/verl_data.py:compute_score (that regime's verifier).
 # ESTIMATOR=skillgate_utility trains the utility baseline instead.
 #
-# Not run here (no Ray, no GPU). As written, verl's rollout is single-turn: the policy's
-# read call gets no skill body. Bodies need verl's tool agent loop with a tool that
-# answers `<read> words </read>` (SkillReads.read in skillgate_lib.integrations.trl is the
-# logic) and a tool parser for that syntax; verl's response_mask then keeps the body out
-# of the loss and the estimator takes it as is.
+# Multi-turn: verl's tool agent loop with the kit's `read` tool (examples/verl/read_tool.yaml,
+# skillgate_lib/integrations/verl_tool.py) and the `skillgate_read` tool parser for the kit's
+# syntax `<read> words </read>`; the tokenizer renders the episode with the kit's chat template
+# (no turn markers: skillgate_lib.integrations.kit_chat.CHAT_TEMPLATE), so the response verl trains on
+# is the kit's episode: read, inserted body (response_mask 0: no loss), step lines, answer. The
+# parser stops generation at `</read>` when the tokenizer has it as one token (the embedded
+# tokenizer does; for a pretrained model add it as a token or use a model that ends its turn).
+#
+# Not run here (no Ray, no GPU): what ran is listed in docs/integrations.md.
 # Usage: bash examples/verl/skillgate_grpo.sh MODEL [TRAIN VAL]
 set -euo pipefail
 MODEL=${1:?model path or HF id}
 TRAIN=${2:-data/verl/train.parquet}
 VAL=${3:-data/verl/val.parquet}
 SCORE=$(python -c "import skillgate_lib.integrations.verl_data as m; print(m.__file__)")
+TEMPLATE=$(python -c "from skillgate_lib.integrations.verl_runner import chat_template_override as f; print(f())")
+HERE=$(cd "$(dirname "$0")" && pwd)
 
 python -m skillgate_lib.integrations.verl_runner \
   algorithm.adv_estimator="${ESTIMATOR:-skillgate}" \
@@ -46,6 +52,12 @@ python -m skillgate_lib.integrations.verl_runner \
   data.max_prompt_length=2048 \
   data.max_response_length=1024 \
   actor_rollout_ref.model.path="$MODEL" \
+  "$TEMPLATE" \
+  actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent \
+  actor_rollout_ref.rollout.multi_turn.enable=true \
+  actor_rollout_ref.rollout.multi_turn.format=skillgate_read \
+  actor_rollout_ref.rollout.multi_turn.tool_config_path="$HERE/read_tool.yaml" \
+  actor_rollout_ref.rollout.multi_turn.max_tool_response_length=2048 \
   actor_rollout_ref.model.lora_rank=32 \
   actor_rollout_ref.model.lora_alpha=64 \
   actor_rollout_ref.model.target_modules=all-linear \

@@ -30,6 +30,11 @@ quantile bins):
 * **Share** ``sel_weight`` as logged (kit, NeMo-RL), else ``k / L`` (k = selector tokens,
   L = response tokens): median, IQR, mean; the dilution ratio = median of the shortest bin
   / median of the longest;
+* **Gradient Share** ``grad_weight_sel / grad_weight_all`` where the log holds them (kit runs, from the
+  sampling logits; :mod:`skillgate_lib.gradients`): the name tokens' share of the summed logit-gradient
+  norms, i.e. of what the update sees rather than of the loss weight; median and IQR by bin, its
+  dilution, and the predicted selector-signal ratio SkillGate / outcome-only
+  ``(lambda / (1 + lambda)) / (Value x Share)`` from either Share;
 * **Sign** over read actions, using each read's applied advantage ``read_adv``: fraction
   negative, fraction zero, and fraction wrong-signed among nonzero (an oracle read with
   A < 0 or a non-oracle read with A > 0);
@@ -57,13 +62,14 @@ DuckDB), :mod:`~skillgate_lib.audit.stats` (quantiles, bootstrap, trend test),
 
 from skillgate_lib.audit.cli import categories_note, main, report
 from skillgate_lib.audit.engine import FORMATS, Engine, Unreadable, open_log
-from skillgate_lib.audit.figures import figures
+from skillgate_lib.audit.figures import figures, shares_figure
 from skillgate_lib.audit.fit import fit_theory, theory_curves
-from skillgate_lib.audit.measures import BY_CATEGORY, TRENDS, AuditResult, run_audit
+from skillgate_lib.audit.measures import BY_CATEGORY, TRENDS, AuditResult, run_audit, side_by_side
 from skillgate_lib.audit.stats import bootstrap_mean, spearman_trend, weighted_quantiles
 from skillgate_lib.audit.synthetic import write_synthetic_log
 from skillgate_lib.readers import detect_format
 
 __all__ = ["AuditResult", "BY_CATEGORY", "Engine", "FORMATS", "TRENDS", "Unreadable", "bootstrap_mean",
            "categories_note", "detect_format", "figures", "fit_theory", "main", "open_log", "report", "run_audit",
-           "spearman_trend", "theory_curves", "weighted_quantiles", "write_synthetic_log"]
+           "shares_figure", "side_by_side", "spearman_trend", "theory_curves", "weighted_quantiles",
+           "write_synthetic_log"]

@@ -165,10 +165,12 @@ class Engine:
             FROM src1 WHERE {self._bad_case} IS NULL""")
         self.x("""CREATE TEMP VIEW t1 AS SELECT *,
             coalesce(read_adv, list_transform(read_skills, lambda x: coalesce(adv_exec, adv_re))) AS ra,
-            coalesce(sel_weight, least(k / response_tokens, 1.0)) AS share
+            coalesce(sel_weight, least(k / response_tokens, 1.0)) AS share,
+            CASE WHEN grad_weight_all > 0 THEN least(grad_weight_sel / grad_weight_all, 1.0) END AS gshare
             FROM t0""")
         counts = self.q("SELECT count(*) n, count(horizon) nh, count(DISTINCT horizon) dh, "
-                        "count(DISTINCT response_tokens) dl FROM t1").iloc[0]
+                        "count(DISTINCT response_tokens) dl, count(gshare) ng FROM t1").iloc[0]
+        self.n_grad = int(counts["ng"])
         if counts["n"] == 0:
             raise ArtifactError(f"{files[0]}: no valid rows left after skipping bad ones")
         self.n_rows = int(counts["n"])
@@ -253,6 +255,14 @@ class Engine:
             avg(share) share_mean, sum(n_reads) reads, sum(n_neg) neg, sum(n_zero) zero, sum(n_wrong) wrong,
             avg(has_oracle::INT) oracle_read, avg(has_mis::INT) misleading_read, avg(n_reads) reads_per_trial,
             avg(succ) success
+            FROM t GROUP BY GROUPING SETS ((bin), ()) ORDER BY bin NULLS LAST""")
+
+    def grad_share_quantiles(self) -> pd.DataFrame:
+        """Gradient Share (``grad_weight_sel / grad_weight_all``) by bin and overall: count, mean and quartiles
+        (linear interpolation, as the loss-weight Share's), over the rows that log the gradient weights."""
+        return self.q("""SELECT bin, count(gshare) gshare_n, avg(gshare) gshare_mean,
+            quantile_cont(gshare, 0.25) gshare_q25, quantile_cont(gshare, 0.5) gshare_median,
+            quantile_cont(gshare, 0.75) gshare_q75
             FROM t GROUP BY GROUPING SETS ((bin), ()) ORDER BY bin NULLS LAST""")
 
     def share_histogram(self) -> pd.DataFrame:

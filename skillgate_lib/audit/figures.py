@@ -31,8 +31,15 @@ def figures(result: AuditResult) -> dict[str, tuple[Any, pd.DataFrame]]:
                     100 * (b["share_q75"] - b["share_median"])], fmt="o", capsize=3, label="audited median (IQR)")
         if not cv.empty:
             ax.plot(cv["horizon"], 100 * cv["share"], color=METHOD_COLORS["theory"], ls="--", label="theory $k/L(H)$")
-        ax.set(xlabel=xlabel, ylabel="selector share of loss weight (%)",
-               title=f"Share (dilution {result.dilution:.1f}x)")
+        title = f"Share (dilution {result.dilution:.1f}x)"
+        if result.n_grad:
+            ax.errorbar(b["h_mean"], 100 * b["gshare_median"], yerr=[100 * (b["gshare_median"] - b["gshare_q25"]),
+                        100 * (b["gshare_q75"] - b["gshare_median"])], fmt="s", capsize=3,
+                        label="Gradient Share, median (IQR)")
+            ax.set_yscale("log")
+            title += f", Gradient Share ({result.grad_dilution:.1f}x)"
+        ax.set(xlabel=xlabel, ylabel="selector share (%)" if result.n_grad else "selector share of loss weight (%)",
+               title=title)
         below(ax)
 
     def sign(ax):
@@ -84,3 +91,25 @@ def figures(result: AuditResult) -> dict[str, tuple[Any, pd.DataFrame]]:
     fig.suptitle(f"Selector credit audit: {Path(result.source).name} ({result.n_rows:,} trajectories)")
     out["audit_summary"] = (fig, table)
     return out
+
+
+def shares_figure(results: dict[str, AuditResult]) -> tuple[Any, pd.DataFrame]:
+    """Share (loss weight) and Gradient Share by horizon for several audited runs, side by side (log scale).
+
+    Runs without gradient weights appear in the Share panel only. Returns ``(figure, the data drawn)``.
+    """
+    import matplotlib.pyplot as plt
+
+    rows = [b.assign(run=name)[["run", "h_mean", "share_median", "gshare_median"]]
+            for name, r in results.items() for b in (r.bins,)]
+    data = pd.concat(rows, ignore_index=True)
+    fig, axes = plt.subplots(1, 2, figsize=(9, 4), layout="constrained", sharey=True)
+    for name, r in results.items():
+        line, = axes[0].plot(r.bins["h_mean"], 100 * r.bins["share_median"], "o-", label=name)
+        if r.n_grad:
+            axes[1].plot(r.bins["h_mean"], 100 * r.bins["gshare_median"], "s-", color=line.get_color(), label=name)
+    axes[0].set(title="Share: the name's share of the loss weight", xlabel="horizon H (steps)",
+                ylabel="median over rollouts (%)", yscale="log")
+    axes[1].set(title="Gradient Share: its share of the logit-gradient norms", xlabel="horizon H (steps)", yscale="log")
+    axes[0].legend(fontsize="small")
+    return fig, data

@@ -76,6 +76,7 @@ def write_synthetic_log(run_dir: str | Path, n_rows: int, model: theory.Starvati
             "read_tok_end": ref((starts + k).astype(np.int64), pa.int64()),
             "adv_exec": pa.array(adv), "read_adv": ref(np.repeat(adv, n_reads), pa.float64()),
             "sel_weight": pa.array(n_reads * k / L), "credit": pa.array(["outcome"] * n),
+            "grad_weight_sel": pa.nulls(n, pa.float64()), "grad_weight_all": pa.nulls(n, pa.float64()),
         }, schema=TRAJECTORY_SCHEMA)
         pq.write_table(table, run_dir / "trajectories" / f"step-{step:06d}-train.parquet", compression="zstd",
                        write_page_checksum=True)

@@ -10,8 +10,8 @@
 from ..tokenizer import load_tokenizer, token_spans
 from .domains import DOMAINS, VARIANTS, Domain, family_tables, lookalike_tables, parse_table, render_table, run_chain
 from .episode import (
-    ANSWER_CLOSE, ANSWER_OPEN, BODY_CLOSE, BODY_OPEN, ERROR_CLOSE, ERROR_OPEN, MAX_HORIZON, PROMPT_END, READ_CLOSE,
-    READ_OPEN, EpisodeError, Outcome, Read, SkillSlateEnv, Task,
+    ANSWER_CLOSE, ANSWER_OPEN, BODY_CLOSE, BODY_OPEN, ERROR_CLOSE, ERROR_OPEN, MAX_HORIZON, NOTE_OPEN, NOTE_WORDS, PROMPT_END,
+    READ_CLOSE, READ_OPEN, EpisodeError, Outcome, Read, SkillSlateEnv, Task,
 )
 from .names import display_name, skill_name
 from .library import EVAL_PERCENT, SPLITS, VAL_PERCENT, description, heldout_part, in_split, skill_md, split_of, write_library
@@ -22,7 +22,8 @@ from .policies import (
 
 __all__ = [
     "DOMAINS", "VARIANTS", "Domain", "family_tables", "lookalike_tables", "parse_table", "render_table", "run_chain",
-    "ANSWER_CLOSE", "ANSWER_OPEN", "BODY_CLOSE", "BODY_OPEN", "ERROR_CLOSE", "ERROR_OPEN", "MAX_HORIZON", "PROMPT_END",
+    "ANSWER_CLOSE", "ANSWER_OPEN", "BODY_CLOSE", "BODY_OPEN", "ERROR_CLOSE", "ERROR_OPEN", "MAX_HORIZON", "NOTE_OPEN",
+    "NOTE_WORDS", "PROMPT_END",
     "READ_CLOSE", "READ_OPEN", "EpisodeError", "Outcome", "Read", "SkillSlateEnv", "Task", "display_name", "skill_name",
     "EVAL_PERCENT", "SPLITS", "VAL_PERCENT", "description", "heldout_part", "in_split", "skill_md", "split_of",
     "write_library",

@@ -69,6 +69,15 @@ PROMPT_END = "respond :"
 SLATE_HEADER = "skills :"
 #: Largest horizon a task may have (the tokenizer knows step numbers up to here).
 MAX_HORIZON = 16
+NOTE_OPEN = ";"
+#: The words of a step line's free note (``step_note``): 32 words that appear nowhere else in
+#: the environment, so a note says nothing about the task, and a demonstration draws each
+#: uniformly (log 32 nats of entropy a word). The embedded tokenizer learns them with the
+#: models trained for notes (:func:`skillgate_lib.tokenizer.extend_tokenizer`).
+NOTE_WORDS = tuple(
+    "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa "
+    "quebec romeo sierra tango uniform victor whiskey xray yankee zulu oak pine elm ash fir yew".split())
+_NOTE_SET = frozenset(NOTE_WORDS)
 _TRAILING_OK = {"</s>", "<pad>"}
 
 
@@ -194,6 +203,12 @@ class SkillSlateEnv:
     trajectory's loss weight (Share) without changing what must be chosen. The echo leaves out
     the cue (``mark amber``): copying it is the selector's skill, and a warm start that reads
     look-alikes unlearns it.
+    ``step_note``: each step line ends with a free note, ``; w1 .. wF`` (F = ``step_note`` words of
+    :data:`NOTE_WORDS`), which the verifier requires in form but ignores in content: any words of
+    the note vocabulary give the same verdict. Demonstrations draw the words uniformly, so a warm
+    start stays uncertain about them (mean ``1 - p`` near 31/32): policy tokens that carry
+    gradient under outcome-only GRPO without deciding anything, as an agent's free text does,
+    where the echo adds tokens the policy is sure of.
     """
 
     def __init__(
@@ -209,6 +224,7 @@ class SkillSlateEnv:
         horizons: Iterable[int] = range(1, 9),
         table_seed: int = 0,
         step_echo: int = 0,
+        step_note: int = 0,
     ):
         if not 0.0 <= step_failure <= 1.0:
             raise ValueError(f"step_failure must lie in [0, 1], got {step_failure}")
@@ -222,12 +238,15 @@ class SkillSlateEnv:
         if step_echo < 0:
             raise ValueError(f"step_echo must be >= 0, got {step_echo}")
         self.step_echo = int(step_echo)
+        if step_note < 0:
+            raise ValueError(f"step_note must be >= 0, got {step_note}")
+        self.step_note = int(step_note)
         if lookalike_agreement != 0.0 or table_seed:
             self.library = _with_lookalike_tables(self.library, lookalike_agreement, table_seed)
         self.horizons = _check_horizons(horizons)
         self.slate_sizes = tuple(slate_sizes)
         self.max_reads = max_reads
-        self.max_response_chars = 2000 * (1 + self.step_echo) if max_response_chars is None else max_response_chars
+        self.max_response_chars = 2000 * (1 + self.step_echo + self.step_note) if max_response_chars is None else max_response_chars
         self.step_failure = step_failure
         self.show_slate = show_slate
         # The table of every embedded-domain skill, parsed from its body, and the task index.
@@ -443,13 +462,14 @@ class SkillSlateEnv:
                 exec_toks = toks[i:a]
                 answer = " ".join(toks[a + 1 : b])
                 malformed = not set(toks[b + 1 :]) <= _TRAILING_OK or READ_OPEN in exec_toks
-        lines = [" ".join(line) for line in _split_steps(exec_toks)]
+        split_lines = [self._without_note(line) for line in _split_steps(exec_toks)]
+        lines = [" ".join(line) for line in split_lines]
         steps_correct = 0
         for got_line, gold in zip(lines, task.gold_steps):
             if got_line != gold:
                 break
             steps_correct += 1
-        steps_ok = self._steps_ok(task, _split_steps(exec_toks))
+        steps_ok = self._steps_ok(task, split_lines)
         correct = (not malformed and lines == list(task.gold_steps) and answer == task.gold_answer
                    and all(r.category != "invalid" for r in reads))
         if rng is None:
@@ -457,6 +477,20 @@ class SkillSlateEnv:
         survived = bool(np.all(rng.random(task.horizon) >= self.step_failure)) if self.step_failure > 0 else True
         success = correct and survived
         return Outcome(float(success), success, tuple(reads), answer, malformed, tuple(spans), steps_correct, steps_ok)
+
+    def _without_note(self, line: list[str]) -> list[str]:
+        """A step line's tokens less its note; a line whose note is missing or malformed gets a
+        ``<bad-note>`` token instead, so it matches no gold line (the note's words are never compared)."""
+        if not self.step_note:
+            return line
+        f = self.step_note
+        if len(line) > f + 1 and line[-f - 1] == NOTE_OPEN and all(w in _NOTE_SET for w in line[-f:]):
+            return line[: -f - 1]
+        return [*line, "<bad-note>"]
+
+    def _note(self, rng: np.random.Generator) -> str:
+        """A demonstration's note: ``step_note`` words drawn uniformly from :data:`NOTE_WORDS`."""
+        return f" {NOTE_OPEN} " + " ".join(NOTE_WORDS[i] for i in rng.integers(len(NOTE_WORDS), size=self.step_note))
 
     def _steps_ok(self, task: Task, lines: list[list[str]]) -> int:
         table = self.tables[task.oracle]
@@ -471,11 +505,13 @@ class SkillSlateEnv:
 
     # ------------------------------------------------------------------ demonstrations
 
-    def demonstration(self, task: Task, slate: Slate, reads: Sequence[str]) -> str:
+    def demonstration(self, task: Task, slate: Slate, reads: Sequence[str],
+                      rng: np.random.Generator | None = None) -> str:
         """A correct-format response: ``reads`` (each followed by the inserted text), then the
         H step lines that follow the last served read's table, then the answer.
 
         Only a last read of the oracle gives the gold lines; a misleading one fails at step 1.
+        ``rng`` draws the notes' words (``step_note``); ``None`` seeds one from the task and reads.
         """
         self._check(task, slate)
         parts, served = [], []
@@ -486,7 +522,11 @@ class SkillSlateEnv:
             if k > self.max_reads:
                 break
         steps, answer = run_chain(self.follow_table(task, served[-1] if served else None), task.start, task.horizon)
-        return "\n".join([*parts, *self._with_echo(steps, task), f"{ANSWER_OPEN} {answer} {ANSWER_CLOSE}"])
+        lines = list(self._with_echo(steps, task))
+        if self.step_note:
+            rng = rng if rng is not None else rng_for(task.task_id, "note", *reads)
+            lines = [line + self._note(rng) for line in lines]
+        return "\n".join([*parts, *lines, f"{ANSWER_OPEN} {answer} {ANSWER_CLOSE}"])
 
     # ------------------------------------------------------------------ vocabulary
 
@@ -501,4 +541,6 @@ class SkillSlateEnv:
         words |= {READ_OPEN, READ_CLOSE, BODY_OPEN, BODY_CLOSE, ERROR_OPEN, ERROR_CLOSE, ANSWER_OPEN, ANSWER_CLOSE}
         words |= set(f"{ERR_UNKNOWN} {ERR_LIMIT} {ERR_BAD} {PROMPT_END} {SLATE_HEADER}".split())
         words |= set("task : , mark start steps step".split())
+        if self.step_note:
+            words |= {NOTE_OPEN, *NOTE_WORDS}
         return sorted(words)

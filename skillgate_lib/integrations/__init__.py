@@ -6,44 +6,37 @@
 * :mod:`skillgate_lib.integrations.verl`: the ``skillgate`` advantage estimator in verl's
   registry, the reward-side read annotation it consumes, and (in
   :mod:`~skillgate_lib.integrations.verl_runner`) the task runner that registers them
-  inside verl's Ray workers. Needs the ``verl`` extra.
+  inside verl's Ray workers, with :mod:`~skillgate_lib.integrations.verl_tool` (the ``read`` tool
+  and the kit-syntax tool parser of verl's multi-turn tool agent loop). Importing
+  :mod:`~skillgate_lib.integrations.verl` needs neither verl nor Ray; its ``register()`` needs verl.
 
 Both engines assign credit with :func:`assign_kept`: the kit's dynamic sampling (groups whose
 rewards all agree dropped before the credit, in every method) without the refill, which
 TRL's fixed generation batch cannot do (verl's own ``algorithm.filter_groups`` can).
 
 Both engines hand over token ids, never the kit's read annotations, so both recover
-read actions the same way, with :func:`find_reads` below: one function, one
-configurable :class:`ReadFormat`; a read's words name a skill by
-:func:`skillgate_lib.env.names.skill_name`, the rule the kit's environment serves bodies
-by. The credit itself is always :func:`skillgate_lib.credit.assign`; nothing here
+read actions the same way, with :func:`find_reads` below: one function and a read syntax,
+the kit's :class:`ReadFormat` (``<read> words </read>``) or :class:`JsonReadFormat` (a JSON tool
+call as chat templates render it; :mod:`~skillgate_lib.integrations.read_formats`). A read's words
+name the skill of the same :func:`~skillgate_lib.integrations.skill_keys.skill_key` (case and
+separators ignored); the tools that serve bodies resolve names the same way. The credit itself is always :func:`skillgate_lib.credit.assign`; nothing here
 re-implements it.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Mapping, Sequence, Union
 
 import torch
 
 from skillgate_lib.credit import Credit, CreditConfig, CreditInputs, ReadSpan, assign, kept_groups
 from skillgate_lib.env.names import skill_name
+from skillgate_lib.integrations.read_formats import CallSpan, JsonReadFormat, ReadFormat
+from skillgate_lib.integrations.skill_keys import SkillIndex, SkillNameCollision, skill_key
 
-
-@dataclass(frozen=True)
-class ReadFormat:
-    """How a read action is written: ``<open_tag> skill name words <close_tag>``."""
-
-    open_tag: str = "<read>"
-    """Text that opens a read call."""
-    close_tag: str = "</read>"
-    """Text that closes it; an unclosed call (a truncated completion) is not a read."""
-
-    @property
-    def pattern(self) -> re.Pattern[str]:
-        return re.compile(re.escape(self.open_tag) + r"\s*(.*?)\s*" + re.escape(self.close_tag), re.S)
+AnyReadFormat = Union[ReadFormat, JsonReadFormat]
+"""A read syntax: anything with ``calls(text) -> list[CallSpan]`` (:mod:`~skillgate_lib.integrations.read_formats`)."""
 
 
 @dataclass(frozen=True)
@@ -88,50 +81,49 @@ class _TokenPositions:
         return lo
 
 
-def find_reads(token_ids: Sequence[int], tokenizer, fmt: ReadFormat = ReadFormat()) -> list[FoundRead]:
+def find_reads(token_ids: Sequence[int], tokenizer, fmt: AnyReadFormat = ReadFormat()) -> list[FoundRead]:
     """Every read call in ``token_ids`` (a response), in order, with exact token positions.
 
     The text is ``tokenizer.decode(token_ids, skip_special_tokens=True)`` (what TRL logs
     and what the reward function scores); positions come from :class:`_TokenPositions`.
-    Empty names (``<read> </read>``) are skipped: they name no skill.
+    Empty names (``<read> </read>``) and calls of other tools are skipped: they name no skill.
+    With :class:`JsonReadFormat` the name tokens are those of the argument's value inside the JSON.
     """
     pos = _TokenPositions(token_ids, tokenizer)
-    found = []
-    for m in fmt.pattern.finditer(pos.text):
-        name = " ".join(m.group(1).split())
-        if not name:
-            continue
-        found.append(FoundRead(name, pos.token_of(m.start(1)), pos.token_of(m.end(1) - 1) + 1,
-                               pos.token_of(m.start()), pos.token_of(m.end() - 1) + 1))
-    return found
+    return [FoundRead(c.name, pos.token_of(c.name_start), pos.token_of(c.name_end - 1) + 1,
+                      pos.token_of(c.call_start), pos.token_of(c.call_end - 1) + 1)
+            for c in fmt.calls(pos.text) if c.is_read and c.name]
 
 
-def first_call_end(token_ids: Sequence[int], tokenizer, fmt: ReadFormat = ReadFormat()) -> int | None:
-    """Tokens up to and including the close tag of the first read call (empty or not), or ``None``.
+def first_call_end(token_ids: Sequence[int], tokenizer, fmt: AnyReadFormat = ReadFormat()) -> int | None:
+    """Tokens up to and including the end of the first tool call (empty or not, any tool), or ``None``.
 
     Where generation must stop for the environment to answer: a multi-turn engine cuts a
     sampled turn here, whatever the tokenizer splits the close tag into.
     """
     pos = _TokenPositions(token_ids, tokenizer)
-    m = fmt.pattern.search(pos.text)
-    return None if m is None else pos.token_of(m.end() - 1) + 1
+    calls = fmt.calls(pos.text)
+    return None if not calls else pos.token_of(calls[0].call_end - 1) + 1
 
 
 def read_spans(token_ids: Sequence[int], tokenizer, categories: Mapping[str, str],
-               fmt: ReadFormat = ReadFormat(), max_reads: int = 4) -> tuple[list[ReadSpan], list[str]]:
+               fmt: AnyReadFormat = ReadFormat(), max_reads: int = 4) -> tuple[list[ReadSpan], list[str]]:
     """:func:`find_reads` with each read's slate category (``"invalid"`` when not on the slate).
 
     ``categories`` maps skill name -> ``oracle`` / ``misleading`` / ``relevant`` /
-    ``irrelevant``, keyed by the stored name (``ledger-negate-ruby``) or its words; a read
-    of the words ``ledger negate ruby`` names ``skill_name("ledger negate ruby")``, exactly
-    as the kit's environment matches it. Returns the kit's
-    :class:`~skillgate_lib.credit.ReadSpan` list and the skill names read (stored form), in order.
-    A read is ``served`` (its body inserted) when it is on the slate and among the first
-    ``max_reads`` reads (the environment's limit; :class:`~skillgate_lib.env.SkillSlateEnv`'s default is 4).
+    ``irrelevant``, keyed by the stored name (``ledger-negate-ruby``) or its words
+    (:func:`~skillgate_lib.env.names.skill_name` gives the stored form). A read
+    names the slate skill whose :func:`~skillgate_lib.integrations.skill_keys.skill_key` equals
+    its words' (case and separators ignored: ``Ledger Negate_Ruby`` names ``ledger-negate-ruby``);
+    a slate with two names of one key is refused (:class:`SkillNameCollision`). Returns the kit's
+    :class:`~skillgate_lib.credit.ReadSpan` list and the skill names read (stored form; the key for
+    an off-slate read), in order. A read is ``served`` (its body inserted) when it is on the slate
+    and among the first ``max_reads`` reads (the environment's limit; :class:`~skillgate_lib.env.SkillSlateEnv`'s default is 4).
     """
     table = {skill_name(k): v for k, v in categories.items()}
+    index = SkillIndex(table, where="slate")
     found = find_reads(token_ids, tokenizer, fmt)
-    names = [skill_name(r.name) for r in found]
+    names = [index.stored(r.name) or skill_key(r.name) for r in found]
     spans = [ReadSpan(table.get(n, "invalid"), r.name_start, r.name_end, r.call_start, r.call_end,
                       served=n in table and k < max_reads)
              for k, (n, r) in enumerate(zip(names, found))]
@@ -166,3 +158,7 @@ def assign_kept(method_credit: str, inputs: CreditInputs, cfg: CreditConfig) -> 
         full.read_adv[i] = list(adv)
     full.bc_coef, full.groups_filtered = credit.bc_coef, dropped + credit.groups_filtered
     return full, kept
+
+
+__all__ = ["AnyReadFormat", "CallSpan", "FoundRead", "JsonReadFormat", "ReadFormat", "SkillIndex", "SkillNameCollision",
+           "assign_kept", "find_reads", "first_call_end", "read_spans", "skill_key"]

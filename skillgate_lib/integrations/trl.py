@@ -105,7 +105,10 @@ from skillgate_lib import methods
 from skillgate_lib.credit import Credit, CreditConfig, CreditInputs, ReadSpan, SkillValues, executed_read_names
 from skillgate_lib.env.episode import READ_CLOSE, READ_OPEN
 from skillgate_lib.env.names import display_name
-from skillgate_lib.integrations import ReadFormat, assign_kept, first_call_end, read_spans
+from skillgate_lib.integrations import AnyReadFormat, ReadFormat, SkillIndex, assign_kept, first_call_end, read_spans
+from skillgate_lib.integrations.kit_chat import CHAT_TEMPLATE, READ_TOOL, RESPONSE_TEMPLATE
+from skillgate_lib.integrations.serving import serve_read
+from skillgate_lib.integrations.trl_hooks import check_trl_hooks
 
 NAMES_COLUMN = "skill_names"
 CATEGORIES_COLUMN = "skill_categories"
@@ -113,41 +116,8 @@ TASK_COLUMNS = ("task_id", "domain", "horizon")
 """Dataset columns copied into the completions parquet (the audit joins slates on ``task_id``)."""
 UPDATE_KEY = "skillgate_update"
 """Generation-batch entry: False when every weight is zero (no optimizer step)."""
-READ_TOOL = "read"
-"""The tool's name (:meth:`SkillReads.read`); the chat template writes its calls as ``<read> skill </read>``."""
 AUDIT_READ_PATTERN = r"<read>\s*(?P<name>[^<>]+?)\s*</read>"
 """``audit --read-pattern`` for the kit's several-word skill names."""
-
-CHAT_TEMPLATE = (
-    "{%- for m in messages -%}"
-    "{%- if m.role == 'assistant' -%}"
-    "{%- if m.content %} {{ m.content }}{% endif -%}"
-    "{%- for call in m.tool_calls or [] -%}"
-    "{%- if call.function.name == '" + READ_TOOL + "' %} " + READ_OPEN + " {{ call.function.arguments.skill }} " + READ_CLOSE +
-    "{%- else %} <call> {{ call.function | tojson }} </call>{% endif -%}"
-    "{%- endfor -%}"
-    "{%- elif m.role == 'tool' %} {{ m.content }}"
-    "{%- else %}{% if not loop.first %} {% endif %}{{ m.content }}"
-    "{%- endif -%}"
-    "{%- endfor -%}"
-)
-"""The kit's episode as a chat: the prompt verbatim, reads in the kit's syntax, tool results as inserted.
-
-No turn markers and an empty generation prompt, so a rendered conversation is the kit's
-token stream. Calls of other tools render as JSON (TRL checks that a template shows any call).
-"""
-
-RESPONSE_TEMPLATE = {
-    "defaults": {"role": "assistant"},
-    "start_anchor_pattern": r"\Z",  # a turn is parsed from where generation began
-    "fields": {
-        "tool_calls": {"open": READ_OPEN, "close": READ_CLOSE, "repeats": True, "content": "text",
-                       "transform": {"type": "function", "function": {"name": READ_TOOL, "arguments": {"skill": "{content}"}}}},
-        "content": {"content": "text"},
-    },
-}
-"""transformers ``response_template``: ``<read> WORDS </read>`` is a ``read(skill=WORDS)`` call, the rest is content."""
-
 
 def use_kit_chat_format(tokenizer):
     """Give ``tokenizer`` :data:`CHAT_TEMPLATE` and :data:`RESPONSE_TEMPLATE` (in place; returns it).
@@ -175,7 +145,9 @@ class SkillGateGRPOTrainer(GRPOTrainer):
                    method with a supervised term, such as ``selection_bc``, is refused: TRL has none)
     credit_config: the kit's hyperparameters (``selector_coef`` is lambda); its
                    ``scale_rewards`` must agree with ``args.scale_rewards``
-    read_format:   how read calls are written in completions
+    read_format:   how read calls are written in completions: the kit's ``<read> ... </read>``
+                   (:class:`~skillgate_lib.integrations.ReadFormat`, the default) or a JSON tool call as the
+                   model's chat template renders it (:class:`~skillgate_lib.integrations.JsonReadFormat`)
     names_column, categories_column: dataset columns holding each row's slate as
                    parallel lists of skill names and categories
     skill_values:  the per-skill utilities ``credit="utility"`` starts from (default: a fresh
@@ -183,9 +155,11 @@ class SkillGateGRPOTrainer(GRPOTrainer):
     """
 
     def __init__(self, *args: Any, credit: str = "skillgate", credit_config: CreditConfig | None = None,
-                 read_format: ReadFormat = ReadFormat(), names_column: str = NAMES_COLUMN,
+                 read_format: AnyReadFormat = ReadFormat(), names_column: str = NAMES_COLUMN,
                  categories_column: str = CATEGORIES_COLUMN, skill_values: SkillValues | None = None, **kwargs: Any):
+        check_trl_hooks(GRPOTrainer)
         super().__init__(*args, **kwargs)
+        check_trl_hooks(GRPOTrainer, self)
         a = self.args
         method = methods.get(credit)
         if not method.trainable:
@@ -232,9 +206,9 @@ class SkillGateGRPOTrainer(GRPOTrainer):
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         completion_ids, logprobs = super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
                                                                  has_tool_images)
-        if not self.tools:
-            return completion_ids, logprobs
-        # A turn ends at its first closed read call: the environment answers it before the policy goes on.
+        if not self.tools or self.read_format.ends_turn:
+            return completion_ids, logprobs  # a chat model's end-of-turn token ends the turn, as in TRL
+        # The kit's syntax has no turn markers: a turn ends at its first closed call, which the environment answers.
         for i, ids in enumerate(completion_ids):
             cut = first_call_end(ids, self.processing_class, self.read_format)
             if cut is not None and cut < len(ids):
@@ -344,12 +318,14 @@ class MetricsJsonl(TrainerCallback):
 # ------------------------------------------------------------------ environment adapter
 
 
-def transcript(completion: str | Sequence[Mapping[str, Any]]) -> str:
+def transcript(completion: str | Sequence[Mapping[str, Any]], index: SkillIndex | None = None) -> str:
     """A completion as the kit's response text: a string as it is, or a TRL message list joined turn by turn.
 
-    Assistant turns give their content then their ``read`` calls as ``<read> skill </read>``;
-    tool turns give the text the environment inserted. With :data:`CHAT_TEMPLATE` this is the
-    decoded completion, word for word.
+    Assistant turns give their content then their ``read`` calls as ``<read> skill </read>``
+    (with ``index``, the skill as the environment writes it: ``Ledger_Negate ruby`` becomes
+    ``ledger negate ruby``, the name :class:`SkillReads` served); tool turns give the text the
+    environment inserted. With :data:`CHAT_TEMPLATE` and the kit's lower-case names this is the
+    decoded completion, word for word, whatever template rendered the calls.
     """
     if isinstance(completion, str):
         return completion
@@ -362,8 +338,11 @@ def transcript(completion: str | Sequence[Mapping[str, Any]]) -> str:
             parts.append(str(m["content"]))
         for call in m.get("tool_calls") or []:
             fn = call["function"]
-            parts.append(f"{READ_OPEN} {fn['arguments'].get('skill', '')} {READ_CLOSE}" if fn["name"] == READ_TOOL
-                         else json.dumps(fn))
+            if fn["name"] != READ_TOOL:
+                parts.append(json.dumps(fn))
+                continue
+            written = str(fn["arguments"].get("skill", ""))
+            parts.append(f"{READ_OPEN} {written if index is None else index.canonical_words(written)} {READ_CLOSE}")
     return " ".join(parts)
 
 
@@ -371,11 +350,13 @@ class SkillReads:
     """One rollout's view of the kit's environment, as TRL's ``environment_factory`` wants it.
 
     TRL calls :meth:`reset` with the dataset row before the rollout and exposes every public
-    method but ``reset`` as a tool: here only :meth:`read`.
+    method but ``reset`` as a tool: here only :meth:`read`. A call's skill is resolved through
+    ``index`` (case and separators ignored), so ``read("Ledger-Negate_Ruby")`` is served the body
+    of ``ledger-negate-ruby``.
     """
 
-    def __init__(self, env: Any, episodes: Mapping[str, tuple[Any, Any]]):
-        self.env, self.episodes = env, episodes
+    def __init__(self, env: Any, episodes: Mapping[str, tuple[Any, Any]], index: SkillIndex):
+        self.env, self.episodes, self.index = env, episodes, index
         self.task = self.slate = None
         self.calls: list[str] = []
 
@@ -392,10 +373,8 @@ class SkillReads:
         Returns:
             The skill body between <body> and </body>, or an error between <error> and </error>.
         """
-        self.calls.append(skill)
-        so_far = " ".join(f"{READ_OPEN} {c} {READ_CLOSE}" for c in self.calls)
-        reply = self.env.tool_response(self.task, self.slate, so_far)
-        return "" if reply is None else reply.strip()  # None: the call's words hold a read tag (the verifier refuses it)
+        self.calls.append(self.index.canonical_words(skill))
+        return serve_read(self.env, self.task, self.slate, self.calls)
 
 
 class EnvReward:
@@ -411,17 +390,18 @@ class EnvReward:
 
     def __init__(self, env: Any, episodes: Mapping[str, tuple[Any, Any]]):
         self.env, self.episodes = env, dict(episodes)
+        self.index = SkillIndex.of_library(env.library)
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], task_id: Sequence[str], **_: Any) -> list[float]:
         out = []
         for completion, tid in zip(completions, task_id):
             task, slate = self.episodes[tid]
-            out.append(float(self.env.score(task, slate, transcript(completion)).reward))
+            out.append(float(self.env.score(task, slate, transcript(completion, self.index)).reward))
         return out
 
     def environment(self) -> SkillReads:
         """A fresh per-rollout environment over the same tasks (pass ``environment_factory=reward.environment``)."""
-        return SkillReads(self.env, self.episodes)
+        return SkillReads(self.env, self.episodes, self.index)
 
 
 def env_dataset(env: Any, n_tasks: int, seed: int = 0, tools: bool = False) -> tuple[Dataset, EnvReward]:

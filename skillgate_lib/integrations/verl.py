@@ -1,11 +1,13 @@
 r"""SkillGate's two-channel credit as verl (0.9.x) advantage estimators: ``algorithm.adv_estimator=skillgate``.
 
-Importing this module registers, in verl's registry (``verl.trainer.ppo.core_algos.register_adv_est``),
+:func:`register` puts, in verl's registry (``verl.trainer.ppo.core_algos.register_adv_est``),
 one estimator per entry of :data:`ESTIMATORS`: ``skillgate`` (:func:`compute_skillgate_advantage`)
 and ``skillgate_utility`` (:func:`compute_utility_advantage`, the ``utility`` method: per-skill
 running values, :data:`SKILL_VALUES`, carried across steps in the process that computes
 advantages, verl's driver). Each calls :func:`skillgate_lib.credit.assign` and returns verl's
-``(advantages, returns)``, both ``(bs, L)``.
+``(advantages, returns)``, both ``(bs, L)``. Importing this module imports neither verl nor
+Ray (verl's package imports Ray); :func:`register` imports verl's registry where it is used,
+and :func:`skillgate_lib.integrations.verl_runner.setup_worker` calls it in every Ray worker.
 
 How the read annotation reaches the estimator (the design choice)
 -----------------------------------------------------------------
@@ -20,8 +22,8 @@ estimator through verl's own path. The kit therefore carries it in two hops:
 1. reward side: the reward manager (``SkillGateRewardManager`` in
    :mod:`~skillgate_lib.integrations.verl_runner`, which calls :func:`reward_extra_info`)
    finds the reads in each response's token ids (:func:`skillgate_lib.integrations.read_spans`:
-   names matched by :func:`skillgate_lib.env.names.skill_name`, as the kit's environment
-   matches them; categories from the row's ``extra_info.skill_names`` /
+   names matched case- and separator-insensitively, as the read tool
+   (:mod:`~skillgate_lib.integrations.verl_tool`) serves them; categories from the row's ``extra_info.skill_names`` /
    ``extra_info.skill_categories``) and emits them as ``reward_extra_info["skillgate_reads"]``:
    a JSON string (:func:`encode_reads`), so it rides verl's existing per-sample
    ``extra_fields`` untouched. Environment text inside a response (a skill body a tool
@@ -68,11 +70,10 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
-from verl.trainer.ppo.core_algos import register_adv_est
 
 from skillgate_lib import methods
 from skillgate_lib.credit import CreditConfig, CreditInputs, ReadSpan, SkillValues, executed_read_names
-from skillgate_lib.integrations import ReadFormat, assign_kept, read_spans
+from skillgate_lib.integrations import AnyReadFormat, ReadFormat, assign_kept, read_spans
 
 ESTIMATOR = "skillgate"
 """verl's name for SkillGate's estimator (the ``skillgate`` method of :data:`skillgate_lib.methods.METHODS`)."""
@@ -128,7 +129,7 @@ def decode_read_names(payload: str, where: str = "reads") -> list[str]:
 
 
 def annotate(response_ids: Sequence[int], tokenizer, extra_info: Mapping[str, Any],
-             fmt: ReadFormat = ReadFormat()) -> dict[str, str]:
+             fmt: AnyReadFormat = ReadFormat()) -> dict[str, str]:
     """``reward_extra_info`` entries for one response: its reads, categorised by the row's slate."""
     names, cats = extra_info.get("skill_names"), extra_info.get("skill_categories")
     if names is None or cats is None:
@@ -137,7 +138,7 @@ def annotate(response_ids: Sequence[int], tokenizer, extra_info: Mapping[str, An
     return {READS_KEY: encode_reads(spans, read)}
 
 
-def reward_extra_info(item, tokenizer, fmt: ReadFormat = ReadFormat()) -> dict[str, str]:
+def reward_extra_info(item, tokenizer, fmt: AnyReadFormat = ReadFormat()) -> dict[str, str]:
     """What the SkillGate reward manager adds for one verl sample (a ``DataProtoItem``): its reads.
 
     The response is ``item.batch["responses"]`` up to its valid length (the response part
@@ -195,7 +196,6 @@ def _advantage(method: str, token_level_rewards: torch.Tensor, response_mask: to
     return adv, adv
 
 
-@register_adv_est(ESTIMATOR)
 def compute_skillgate_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: np.ndarray,
                                 config: Any = None, reads: Sequence[Sequence[ReadSpan]] | None = None,
                                 **_: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -210,7 +210,6 @@ def compute_skillgate_advantage(token_level_rewards: torch.Tensor, response_mask
     return _advantage(ESTIMATORS[ESTIMATOR], token_level_rewards, response_mask, index, config, reads, None)
 
 
-@register_adv_est("skillgate_utility")
 def compute_utility_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: np.ndarray,
                               config: Any = None, reads: Sequence[Sequence[ReadSpan]] | None = None,
                               names: Sequence[Sequence[str]] | None = None, **_: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -218,3 +217,15 @@ def compute_utility_advantage(token_level_rewards: torch.Tensor, response_mask: 
     selector signal the running value (:data:`SKILL_VALUES`) of the skill it names (``names``: bs lists,
     parallel to ``reads``; default: the enclosing :func:`read_annotation`), updated after the batch."""
     return _advantage(ESTIMATORS["skillgate_utility"], token_level_rewards, response_mask, index, config, reads, names)
+
+
+def register() -> None:
+    """Put :func:`compute_skillgate_advantage` and :func:`compute_utility_advantage` in verl's estimator registry.
+
+    Idempotent. Needs verl (whose package imports Ray); ``algorithm.adv_estimator=skillgate``
+    then finds the estimator in this process.
+    """
+    from verl.trainer.ppo.core_algos import register_adv_est
+
+    for name, fn in ((ESTIMATOR, compute_skillgate_advantage), ("skillgate_utility", compute_utility_advantage)):
+        register_adv_est(name)(fn)

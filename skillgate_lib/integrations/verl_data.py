@@ -5,9 +5,12 @@ reward_model {style, ground_truth}, extra_info}``; its reward managers call
 ``compute_score(data_source, solution_str, ground_truth, extra_info)`` on each decoded
 response. :func:`verl_rows` writes a task's content and its slate into ``extra_info``
 (``skill_names`` / ``skill_categories``: what the SkillGate reward manager categorises
-reads by), and :func:`compute_score` rebuilds the task and slate from it and returns the
-environment's verdict, so no state crosses verl's Ray workers. This module does not
-import verl; pass its path as ``reward.custom_reward_function.path``.
+reads by) and the environment's regime (:mod:`skillgate_lib.regimes`), and
+:func:`compute_score` rebuilds the task and slate from it and returns the verdict of that
+regime's environment, so no state crosses verl's Ray workers. The same episode fields ride
+in ``extra_info.tools_kwargs.read.create_kwargs``, which verl's tool agent loop hands the
+``read`` tool (:class:`skillgate_lib.integrations.verl_tool.SkillReadTool`). This module does
+not import verl; pass its path as ``reward.custom_reward_function.path``.
 """
 
 from __future__ import annotations
@@ -15,7 +18,10 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any, Mapping
 
+from skillgate_lib import regimes
 from skillgate_lib.env import SkillSlateEnv, Task
+from skillgate_lib.integrations.kit_chat import READ_TOOL
+from skillgate_lib.integrations.skill_keys import SkillIndex
 from skillgate_lib.skills import Candidate, Slate
 
 DATA_SOURCE = "skillgate"
@@ -23,20 +29,23 @@ TASK_FIELDS = ("domain", "family", "variant", "start", "horizon")
 """``extra_info`` fields that rebuild a task (:meth:`SkillSlateEnv.make_task`)."""
 
 
-def verl_rows(env: SkillSlateEnv, n_tasks: int, seed: int = 0, split: str = "train") -> list[dict[str, Any]]:
-    """``n_tasks`` tasks of ``split`` as verl RL rows; each task's slate is drawn from ``(task, seed)``."""
+def verl_rows(regime: str, n_tasks: int, seed: int = 0, split: str = "train") -> list[dict[str, Any]]:
+    """``n_tasks`` tasks of ``split`` in the environment of ``regime`` as verl RL rows; each slate drawn from ``(task, seed)``."""
+    env = _env(regime)
+    SkillIndex.of_library(env.library)  # refuses a library whose names a read could not tell apart
     rows = []
     for k, task in enumerate(env.sample_tasks(n_tasks, split=split, seed=seed)):
         slate = env.slate(task, seed=seed)
+        episode = {"regime": regime, **{f: getattr(task, f) for f in TASK_FIELDS},
+                   "skill_names": [c.name for c in slate.candidates],
+                   "skill_categories": [c.category for c in slate.candidates]}
         rows.append({
             "data_source": DATA_SOURCE,
             "prompt": [{"role": "user", "content": env.prompt(task, slate)}],
             "ability": "skill-reading",
             "reward_model": {"style": "rule", "ground_truth": task.gold_answer},
-            "extra_info": {"index": k, "split": split, "task_id": task.task_id,
-                           **{f: getattr(task, f) for f in TASK_FIELDS},
-                           "skill_names": [c.name for c in slate.candidates],
-                           "skill_categories": [c.category for c in slate.candidates]},
+            "extra_info": {"index": k, "split": split, "task_id": task.task_id, **episode,
+                           "tools_kwargs": {READ_TOOL: {"create_kwargs": episode}}},
         })
     return rows
 
@@ -53,19 +62,24 @@ def episode_of(env: SkillSlateEnv, extra_info: Mapping[str, Any]) -> tuple[Task,
     return task, slate
 
 
-@lru_cache(maxsize=1)
-def _env() -> SkillSlateEnv:
-    return SkillSlateEnv()
+@lru_cache(maxsize=None)
+def _env(regime: str) -> SkillSlateEnv:
+    return regimes.get(regime).env()
+
+
+def regime_env(extra_info: Mapping[str, Any]) -> SkillSlateEnv:
+    """The environment of the row's ``regime`` (``easy`` for rows written before rows carried one), once per process."""
+    return _env(str(extra_info.get("regime", "easy")))
 
 
 def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info: Mapping[str, Any] | None = None,
                   **_: Any) -> float:
-    """verl's reward function: the kit environment's verdict (0 or 1) on the episode ``solution_str``.
+    """verl's reward function: the verdict (0 or 1) of the row's regime's environment on the episode ``solution_str``.
 
-    ``solution_str`` is the decoded response, bodies a tool inserted included. The default
-    environment (the committed library, default slate sizes) is built once per process.
+    ``solution_str`` is the decoded response, bodies the read tool inserted included (in the
+    kit's syntax: see ``examples/verl/skillgate_grpo.sh``).
     """
-    env = _env()
+    env = regime_env(extra_info or {})
     task, slate = episode_of(env, extra_info or {})
     if ground_truth != task.gold_answer:
         raise ValueError(f"extra_info describes task {task.task_id} (answer {task.gold_answer!r}) but ground_truth "

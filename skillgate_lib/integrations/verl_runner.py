@@ -11,35 +11,40 @@ anything, then hands over to verl's own ``verl.trainer.main_ppo.main``::
 
 (``examples/verl/skillgate_grpo.sh`` is a complete command.) :func:`setup_worker` registers
 
-* the ``skillgate`` and ``skillgate_utility`` advantage estimators (:mod:`skillgate_lib.integrations.verl`);
-* the ``skillgate`` reward manager: verl's ``naive`` manager plus the read annotation
-  ``reward_extra_info["skillgate_reads"]`` (:func:`~skillgate_lib.integrations.verl.reward_extra_info`);
-* the ``skillgate_sync`` trainer: verl's ``sync`` v1 trainer whose ``_compute_advantage``
-  fetches those annotations from the TransferQueue and runs verl's own
-  ``_compute_advantage`` inside :func:`~skillgate_lib.integrations.verl.read_annotation`.
+* the ``skillgate`` and ``skillgate_utility`` advantage estimators (:func:`skillgate_lib.integrations.verl.register`);
+* the ``skillgate`` reward manager (:func:`reward_manager_class`): verl's ``naive`` manager plus the
+  read annotation ``reward_extra_info["skillgate_reads"]`` (:func:`~skillgate_lib.integrations.verl.reward_extra_info`);
+* the ``skillgate_read`` tool parser of verl's tool agent loop (:func:`skillgate_lib.integrations.verl_tool.register_parser`);
+* the ``skillgate_sync`` trainer (:func:`trainer_class`): verl's ``sync`` v1 trainer whose
+  ``_compute_advantage`` fetches those annotations from the TransferQueue (:func:`read_annotations`
+  decodes them) and runs verl's own ``_compute_advantage`` inside
+  :func:`~skillgate_lib.integrations.verl.read_annotation`.
 
-Needs a full verl install (Ray, TransferQueue, a rollout engine) and GPUs: none of this
-module runs on the kit's CPU install; its pieces are tested through
-:mod:`skillgate_lib.integrations.verl` there.
+What runs where. The tests run, on verl 0.9.1's own classes and data structures without Ray
+(verl's package imports Ray; the tests put a stand-in module in its place): the estimators
+through verl's registry, :func:`setup_worker` (with the trainer's registration left out), the
+reward manager's ``run_single`` on a ``DataProto``, :func:`read_annotations`, the read tool and
+the tool parser. The trainer subclass needs TransferQueue, which needs Ray, and
+:func:`main` needs Ray, a rollout engine and GPUs: neither has run here.
 """
 
 from __future__ import annotations
 
 import sys
+from typing import Any, Iterable, Sequence
 
 HOOK = "skillgate_lib.integrations.verl_runner.setup_worker"
 TRAINER_MODE = "skillgate_sync"
 REWARD_MANAGER = "skillgate"
-_DONE: list[bool] = []
+_CLASSES: dict[str, type] = {}
 
 
-def setup_worker() -> None:
-    """Register SkillGate's estimator, reward manager and trainer in this process (idempotent)."""
-    if _DONE:
-        return
+def reward_manager_class() -> type:
+    """verl's reward manager ``skillgate`` (registered once per process): ``naive`` plus each response's reads."""
+    if REWARD_MANAGER in _CLASSES:
+        return _CLASSES[REWARD_MANAGER]
     from verl.experimental.reward_loop.reward_manager import register
     from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
-    from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer
 
     from skillgate_lib.integrations import verl as sg
 
@@ -52,6 +57,36 @@ def setup_worker() -> None:
             out["reward_extra_info"].update(sg.reward_extra_info(data[-1:][0], self.tokenizer))
             return out
 
+    _CLASSES[REWARD_MANAGER] = SkillGateRewardManager
+    return SkillGateRewardManager
+
+
+def read_annotations(keys: Sequence[Any], extra_fields: Iterable[Any]) -> tuple[list, list]:
+    """Each sample's reads and skill names from its ``extra_fields["reward_extra_info"]`` (the reward manager's payload).
+
+    A sample without the payload is an error naming its key and the reward manager to set.
+    """
+    from skillgate_lib.integrations import verl as sg
+
+    reads, names = [], []
+    for key, fields in zip(keys, extra_fields):
+        info = (fields or {}).get("reward_extra_info", {})
+        if sg.READS_KEY not in info:
+            raise KeyError(f"sample {key}: reward_extra_info has no {sg.READS_KEY!r}; "
+                           f"set reward.reward_manager.name={REWARD_MANAGER}")
+        reads.append(sg.decode_reads(info[sg.READS_KEY], where=f"sample {key}"))
+        names.append(sg.decode_read_names(info[sg.READS_KEY], where=f"sample {key}"))
+    return reads, names
+
+
+def trainer_class() -> type:
+    """verl's v1 trainer ``skillgate_sync`` (registered once per process); needs TransferQueue (and so Ray)."""
+    if TRAINER_MODE in _CLASSES:
+        return _CLASSES[TRAINER_MODE]
+    from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer
+
+    from skillgate_lib.integrations import verl as sg
+
     @register_trainer(TRAINER_MODE)
     class SkillGateTrainer(PPOTrainerSync):
         """verl's sync v1 trainer; the advantage step sees each row's reads."""
@@ -62,18 +97,33 @@ def setup_worker() -> None:
             import transfer_queue as tq
 
             data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
-            reads, names = [], []
-            for key, fields in zip(batch.keys, data["extra_fields"].tolist()):
-                info = (fields or {}).get("reward_extra_info", {})
-                if sg.READS_KEY not in info:
-                    raise KeyError(f"sample {key}: reward_extra_info has no {sg.READS_KEY!r}; "
-                                   f"set reward.reward_manager.name={REWARD_MANAGER}")
-                reads.append(sg.decode_reads(info[sg.READS_KEY], where=f"sample {key}"))
-                names.append(sg.decode_read_names(info[sg.READS_KEY], where=f"sample {key}"))
+            reads, names = read_annotations(batch.keys, data["extra_fields"].tolist())
             with sg.read_annotation(reads, names):
                 return super()._compute_advantage(batch, metrics)
 
-    _DONE.append(True)
+    _CLASSES[TRAINER_MODE] = SkillGateTrainer
+    return SkillGateTrainer
+
+
+def setup_worker() -> None:
+    """Register SkillGate's estimators, reward manager, tool parser and trainer in this process (idempotent)."""
+    from skillgate_lib.integrations import verl as sg
+    from skillgate_lib.integrations.verl_tool import register_parser
+
+    sg.register()
+    reward_manager_class()
+    register_parser()
+    trainer_class()
+
+
+def chat_template_override(key: str = "actor_rollout_ref.model.custom_chat_template") -> str:
+    """The Hydra override giving verl's tokenizer the kit's chat template (:data:`skillgate_lib.integrations.kit_chat.CHAT_TEMPLATE`).
+
+    The template holds quotes and braces, so it is passed as a quoted Hydra string with ``\\`` and ``'`` escaped.
+    """
+    from skillgate_lib.integrations.kit_chat import CHAT_TEMPLATE
+
+    return f"{key}='" + CHAT_TEMPLATE.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from skillgate_lib.logs import TRAJECTORY_SCHEMA, ArtifactError
+from skillgate_lib.logs import TRAJECTORY_SCHEMA, ArtifactError, with_optional_columns
 from skillgate_lib.readers import fields
 from skillgate_lib.readers.fields import BadValue
 from skillgate_lib.readers.problems import Problems
@@ -218,4 +218,5 @@ def finish(rows: list[dict], where_of: list[str], problems: Problems, opts: Read
         df["read_adv"] = [[float(a)] * len(r) for a, r in zip(adv, df["read_skills"])]
     df["rollout"] = df.groupby("group_id").cumcount()
     df["credit"] = credit
+    df = with_optional_columns(df)
     return pa.Table.from_pandas(df[list(TRAJECTORY_SCHEMA.names)], schema=TRAJECTORY_SCHEMA, preserve_index=False)

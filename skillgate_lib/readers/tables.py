@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from skillgate_lib.logs import TRAJECTORY_SCHEMA
+from skillgate_lib.logs import COLUMNS, TRAJECTORY_SCHEMA
 from skillgate_lib.readers.fields import short
 from skillgate_lib.readers.files import first_line, jsonl_records
 from skillgate_lib.readers.problems import Problems
@@ -69,7 +69,7 @@ def check_parquet_tables(files: Sequence[Path], problems: Problems, every_column
     pass for an optional column left out. Reading every page costs one decoding pass; it is
     what lets a corrupt part be skipped instead of stopping the audit halfway.
     """
-    required = TRAJECTORY_SCHEMA.names if every_column else [c for c in REQUIRED if c not in CATEGORY_COLUMNS]
+    required = list(COLUMNS) if every_column else [c for c in REQUIRED if c not in CATEGORY_COLUMNS]
     good = []
     for file in files:
         try:

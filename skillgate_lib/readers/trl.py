@@ -1,14 +1,25 @@
-"""TRL 1.x ``<output_dir>/completions/completions_<step>.parquet``: one scalar advantage per completion."""
+"""TRL 1.x ``<output_dir>/completions/completions_<step>.parquet``: one scalar advantage per completion.
+
+A file that :class:`~skillgate_lib.integrations.trl.SkillGateGRPOTrainer` wrote also holds each
+completion's reads as the trainer found and categorised them (``read_skills``,
+``read_categories``, ``read_tok_start``, ``read_tok_end``, ``response_tokens``, in the trainer's
+own tokens). Those are used as logged, so the audit needs neither ``--tasks`` nor a read pattern
+for such a run (JSON tool-call reads included); a plain TRL log is read from its text.
+"""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterator
 
+import numpy as np
 import pyarrow as pa
 
 from skillgate_lib.readers.files import read_parquet
 from skillgate_lib.readers.problems import Problems
+from skillgate_lib.readers import fields
+from skillgate_lib.readers.fields import BadValue
 from skillgate_lib.readers.rows import ReaderOptions, finish, rows_of, text_row
 from skillgate_lib.readers.tokenizers import make_tokenizer
 
@@ -16,6 +27,8 @@ from skillgate_lib.readers.tokenizers import make_tokenizer
 _TRL_META = {"step", "prompt", "completion", "advantage", "task_id", "horizon", "domain", "success", "split", "image",
              "response_tokens", "adv_exec", "sel_weight", "rollout"}
 _EXPECTED = "TRL completions_<step>.parquet with step, prompt, completion and numeric reward-function columns"
+LOGGED_READS = ("read_skills", "read_categories", "read_tok_start", "read_tok_end", "response_tokens")
+"""Columns of a SkillGateGRPOTrainer log that carry each completion's reads; all present: used as logged."""
 
 
 def trl_files(path: Path) -> list[Path]:
@@ -48,6 +61,30 @@ def _column_problem(schema: pa.Schema, rewards: list[str]) -> tuple[str, str] | 
     return None
 
 
+def _as_list(rec: dict, name: str) -> list:
+    value = rec.get(name)
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if not isinstance(value, list):
+        raise BadValue(f"field {name!r}: {fields.short(value)}; expected a list (one entry per read)")
+    return value
+
+
+def logged_reads_row(rec: dict, opts: ReaderOptions, tok, reward: str) -> dict:
+    """:func:`text_row` with the reads the trainer logged (its categories and token positions) instead of a regex's."""
+    row = text_row(rec, replace(opts, read_patterns=(), tasks=None), tok, reward=reward)
+    names, cats = _as_list(rec, "read_skills"), _as_list(rec, "read_categories")
+    starts, ends = _as_list(rec, "read_tok_start"), _as_list(rec, "read_tok_end")
+    if not len(names) == len(cats) == len(starts) == len(ends):
+        raise BadValue(f"fields 'read_skills', 'read_categories', 'read_tok_start', 'read_tok_end': {len(names)}, "
+                       f"{len(cats)}, {len(starts)} and {len(ends)} entries; expected one per read in each")
+    n_tok = fields.integer(rec, "response_tokens", minimum=1)
+    row.update(read_skills=[str(n) for n in names], read_categories=[str(c) for c in cats],
+               read_tok_start=[int(s) for s in starts], read_tok_end=[int(e) for e in ends], response_tokens=n_tok,
+               sel_weight=min(1.0, sum(int(e) - int(s) for s, e in zip(starts, ends)) / n_tok))
+    return row
+
+
 def read_trl(path: str | Path, opts: ReaderOptions, problems: Problems) -> Iterator[pa.Table]:
     """TRL 1.x ``<output_dir>/completions/completions_<step>.parquet`` (or one such file)."""
     tok = make_tokenizer(opts.tokenizer)
@@ -65,8 +102,10 @@ def read_trl(path: str | Path, opts: ReaderOptions, problems: Problems) -> Itera
         reward = "+".join(rewards)  # the reward is the sum of the reward functions' columns
         df[reward] = df[rewards].astype(float).sum(axis=1, min_count=1)
         where_of = [f"{file}: row {i}" for i in range(len(df))]
+        logged = all(c in df.columns for c in LOGGED_READS)
         rows, wheres = rows_of(df.to_dict("records"), where_of, problems,
-                               lambda rec: text_row(rec, opts, tok, reward=reward))
+                               (lambda rec: logged_reads_row(rec, opts, tok, reward)) if logged
+                               else (lambda rec: text_row(rec, opts, tok, reward=reward)))
         out = finish(rows, wheres, problems, opts, credit="outcome")
         if out is not None:
             yield out

@@ -1,0 +1,63 @@
+"""The README and docs/results.md: numbers generated from committed files, a README that is a guide."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from skillgate_lib import paths, report
+
+ROOT = paths.REPO_ROOT
+DOCS = [ROOT / "README.md", ROOT / "docs" / "results.md"]
+
+
+@pytest.fixture(scope="module")
+def blocks():
+    return report.generated_blocks()
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_every_generated_block_is_what_the_committed_files_give(doc, blocks):
+    old, new = report.refresh_document(doc, blocks)
+    assert old == new, f"{doc.name}: a generated block is stale or edited by hand; run `make figures`"
+
+
+def test_docs_results_holds_every_generated_table(blocks):
+    text = DOCS[1].read_text()
+    named = set(re.findall(r"<!-- generated: ([a-z0-9_]+) -->", text))
+    assert named == set(blocks) - {"verdict"}, sorted(set(blocks) ^ named)
+
+
+def test_a_number_typed_into_a_block_is_caught(tmp_path, blocks):
+    doc = tmp_path / "doc.md"
+    good = f"intro\n<!-- generated: verdict -->\n{blocks['verdict']()}<!-- end generated -->\n"
+    doc.write_text(good)
+    assert report.refresh_document(doc, blocks)[1] == good
+    doc.write_text(good.replace("98.0 %", "99.0 %"))
+    old, new = report.refresh_document(doc, blocks)
+    assert old != new and new == good
+    doc.write_text("<!-- generated: no_such_table -->\nx\n<!-- end generated -->\n")
+    with pytest.raises(ValueError, match="doc.md:1: unknown generated block 'no_such_table'"):
+        report.refresh_document(doc, blocks)
+
+
+def test_leading_number_reads_the_estimate_of_an_interval_cell():
+    assert report.leading_number("98.0 [96.9, 98.7]") == 98.0
+    assert report.leading_number("-0.6 [-0.8, -0.4]") == -0.6
+    with pytest.raises(ValueError, match="no number"):
+        report.leading_number("[1, 2]")
+
+
+def test_readme_is_a_short_guide_with_the_verdict_up_front():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 200, f"README.md has {len(lines)} lines"
+    head = "\n".join(lines[:40])
+    assert "<!-- generated: verdict -->" in head and "<!-- end generated -->" in head, "the verdict is not in the first 40 lines"
+    verdict = head.split("<!-- generated: verdict -->")[1].split("<!-- end generated -->")[0]
+    assert len(verdict.strip().splitlines()) <= 8 and re.search(r"\d+\.\d", verdict)
+    assert re.search(r"!\[[^\]]*\]\(figures/\w+\.png\)", head), "no headline figure in the first 40 lines"
+    text = "\n".join(lines)
+    for needed in ("make reproduce", "make test", "docs/results.md", "docs/integrations.md", "16 of the 21",
+                   "python -m skillgate_lib audit", "torch==2.13.0"):
+        assert needed in text, f"README.md does not say {needed!r}"
