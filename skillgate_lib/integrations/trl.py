@@ -33,6 +33,19 @@ the embedded model was warm-started on. The trainer stops each sampled turn at i
 closed read call (:func:`skillgate_lib.integrations.first_call_end`), so the policy never
 conditions on a body it wrote itself, whatever the tokenizer splits ``</read>`` into.
 
+Reads as a chat model's own JSON tool calls
+-------------------------------------------
+A chat model whose template renders tool calls (``<tool_call>{"name": "read", "arguments":
+{"skill": ...}}</tool_call>``, with a ``response_template`` that parses them) keeps its own
+template: pass ``read_format=JsonReadFormat()`` (:mod:`skillgate_lib.integrations.read_formats`).
+TRL's tool loop calls :meth:`SkillReads.read` with the parsed arguments and inserts the reply as
+the tool turn; the trainer finds each read's skill-name tokens inside the JSON (the selector
+channel) and leaves the turn as generated (the model's end-of-turn token ends it). Names are
+matched case- and separator-insensitively (:class:`~skillgate_lib.integrations.SkillIndex`); a
+library with two names of one key is refused. TRL 1.16 calls a tool with its arguments as an
+object, so OpenAI's string-encoded arguments, which the read format locates, fail in TRL's loop.
+``tests/test_trl_tool_calls.py`` trains a random-weight chat model this way.
+
 Dynamic sampling and filter parity
 ----------------------------------
 As in the kit's trainer, every method trains on the prompt groups dynamic sampling keeps
