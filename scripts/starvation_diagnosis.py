@@ -22,7 +22,7 @@ Usage::
     python scripts/starvation_diagnosis.py --model tiny-lookup --steps 100 --eval-every 25 \
         --conditions outcome skillgate opener --out build/runs/read-stop          # the read/stop drift
 
-Runs resume; the table (mean and 95 % bootstrap interval over seeds of the final held-out
+Runs resume; the table (mean and 95 % Student-t interval over seeds of the final held-out
 success / oracle-read / reads per trial, and the paired difference to outcome) is written to
 ``OUT/summary.csv`` and printed as Markdown, with every run's final numbers in
 ``OUT/final_table.csv`` and the mean held-out oracle-read by step in ``OUT/oracle_read_curves.csv``.
@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from skillgate_lib.audit import bootstrap_mean
+from skillgate_lib.audit import t_interval
 
 CONDITIONS: dict[str, tuple[str, dict]] = {
     "outcome": ("outcome", {}),
@@ -102,28 +102,31 @@ def final_table(out: Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def summary(out: Path, seed: int = 0) -> pd.DataFrame:
-    """Per condition over seeds: mean and 95 % bootstrap interval, on the test set when every run has one."""
-    df = final_table(out)
-    rng = np.random.default_rng(seed)
+def summary(df: pd.DataFrame) -> pd.DataFrame:
+    """Per condition over seeds of ``final_table``: mean and 95 % Student-t interval (differences paired by seed),
+    on the test set when every run has one."""
     pre = "test/" if "test/success" in df.columns and df["test/success"].notna().all() else "eval/"
     base = df[df["condition"] == "outcome"].set_index("seed")
     rows = []
     for cond, sub in df.groupby("condition", sort=False):
         r = {"condition": cond, "seeds": len(sub)}
         for m in ("success", "oracle_read", "reads", "zero_read"):
+            if pre + m not in sub.columns:  # a table written before the measure existed
+                continue
             x = sub[pre + m].to_numpy(float)
-            _, lo, hi = bootstrap_mean(x, np.ones(len(x)), 10_000, rng)
+            _, lo, hi = t_interval(x)
             r[pre + m] = f"{100 * x.mean():.1f} [{100 * lo:.1f}, {100 * hi:.1f}]" if m != "reads" else f"{x.mean():.2f}"
         r["runs reading < 0.05 a trial"] = int((sub[pre + "reads"] < 0.05).sum())
         for m in ("oracle_read", "success"):
             if cond != "outcome" and len(base):
                 paired = (sub.set_index("seed")[pre + m] - base[pre + m]).dropna().to_numpy(float)
-                _, lo, hi = bootstrap_mean(paired, np.ones(len(paired)), 10_000, rng)
+                _, lo, hi = t_interval(paired)
                 r[f"{m} - outcome (pp)"] = f"{100 * paired.mean():+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]"
-        r["kept groups"] = f"{100 * sub['kept_frac'].mean():.0f} %"
-        r["active reads in all-equal groups"] = f"{100 * sub['active_reads_filtered_frac'].mean():.0f} %"
-        r["train zero-read, last 5 steps"] = f"{100 * sub['zero_read_last'].mean():.1f} %"
+        for col, label, digits in (("kept_frac", "kept groups", 0),
+                                   ("active_reads_filtered_frac", "active reads in all-equal groups", 0),
+                                   ("zero_read_last", "train zero-read, last 5 steps", 1)):
+            if col in sub.columns:  # absent from tables written before the count existed
+                r[label] = f"{100 * sub[col].mean():.{digits}f} %"
         rows.append(r)
     return pd.DataFrame(rows)
 
@@ -194,10 +197,18 @@ def main() -> None:
             lr=a.lr, eval_tasks=a.eval_tasks, eval_every=a.eval_every, log_train_every=1, model=a.model)
         if a.test_tasks:
             test_all(a.out, a.regime, a.test_tasks, a.workers)
-    final_table(a.out).to_csv(a.out / "final_table.csv", index=False)
-    table = summary(a.out)
+    runs = any(a.out.glob("*/*/adapter"))
+    final = final_table(a.out) if runs else pd.read_csv(a.out / "final_table.csv")  # a committed table, no runs
+    if runs:
+        final.to_csv(a.out / "final_table.csv", index=False)
+    if "lr" in final.columns and (a.out / "search.csv").exists():  # an lr search: report each arm at its chosen lr
+        chosen = pd.read_csv(a.out / "search.csv").query("chosen")[["condition", "lr"]]
+        final = final.merge(chosen, on=["condition", "lr"])
+    table = summary(final)
     table.to_csv(a.out / "summary.csv", index=False)
     print(table.to_markdown(index=False))
+    if not runs:  # the curves and the figure need the runs themselves
+        return
     oracle = curves(a.out)
     oracle.to_csv(a.out / "oracle_read_curves.csv")
     print("\nheld-out oracle-read by step (mean over seeds):\n" + (100 * oracle).round(1).to_markdown())

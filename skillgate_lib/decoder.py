@@ -3,7 +3,7 @@
 ``generate`` asks three things of a decoder: run the left-padded distinct prompts
 (``prefill``), keep or copy batch rows (``select``), and run one step of chunks, one per row,
 right-padded with masked columns (``step``); each returns the logits the next tokens are
-sampled from. Two decoders answer:
+sampled from. Three decoders answer:
 
 * :class:`HFDecoder` calls the model's forward with the cache it returns (a ``DynamicCache``
   that grows by concatenation). It serves any causal LM.
@@ -14,6 +14,9 @@ sampled from. Two decoders answer:
   those of ``transformers``' Llama, so its logits equal the model's own bit for bit (the
   tests check this with ``torch.equal``); a model it cannot reproduce exactly raises
   :class:`Unsupported`, and :func:`make_decoder` falls back to :class:`HFDecoder`.
+* :class:`MultiLlama` decodes several LoRA runs of one such Llama in one batch, each row with
+  its own run's adapter (:mod:`skillgate_lib.multirun`); equal to each run's own logits up to
+  rounding, not bit for bit.
 
 What the lean path leaves out is the growing cache's ``torch.cat`` (a copy of every key and
 value at every step: most of the general path's time, more so as the context grows) and the
@@ -24,6 +27,7 @@ exact.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -319,6 +323,214 @@ class LeanLlama:
             self.sin = (emb.sin() * self.rope_scale).to(self.dtype)
         pos = pos.to(self.device)
         return self.cos[pos].unsqueeze(1), self.sin[pos].unsqueeze(1)
+
+
+#: The projections :class:`MultiLlama` applies a per-row adapter to: ``(module under a decoder layer, its name)``.
+_PROJECTIONS = (("self_attn", "q_proj"), ("self_attn", "k_proj"), ("self_attn", "v_proj"), ("self_attn", "o_proj"),
+                ("mlp", "gate_proj"), ("mlp", "up_proj"), ("mlp", "down_proj"))
+
+
+def _stacked_adapters(models: list) -> tuple[dict, torch.Tensor]:
+    """Every run's LoRA factors side by side: ``{(layer, projection): (A (R, in), B scaled (out, R))}`` and the
+    run of each of the ``R`` rank columns (the same for every projection).
+
+    Unsupported unless every run adapts the same projections, each run with one rank, with plain LoRA
+    (no DoRA, bias or fan-in-fan-out), and shares the base weights of the first run.
+    """
+    from peft import PeftModel
+    from peft.tuners.lora import LoraLayer
+
+    bases = [m.get_base_model() if isinstance(m, PeftModel) else m for m in models]
+    for base in bases[1:]:
+        for (name, a), b in zip(bases[0].named_parameters(), base.parameters()):
+            if "lora_" not in name and not torch.equal(a, b):
+                raise Unsupported(f"the runs do not share the base model ({name} differs)")
+    factors: dict[tuple[int, str], tuple[list, list]] = {}
+    ranks = []
+    for k, base in enumerate(bases):
+        found = 0
+        for i, layer in enumerate(base.model.layers):
+            for part, proj in _PROJECTIONS:
+                module = getattr(getattr(layer, part), proj)
+                if not isinstance(module, LoraLayer):
+                    continue
+                names = [a for a in module.active_adapters if a in module.lora_A]
+                if module.merged or module.disable_adapters or len(names) != 1:
+                    raise Unsupported(f"run {k}, layer {i} {proj}: not one active, unmerged LoRA adapter")
+                a = names[0]
+                if module.use_dora.get(a) or getattr(module, "lora_bias", {}).get(a) or module.fan_in_fan_out:
+                    raise Unsupported(f"run {k}, layer {i} {proj}: only plain LoRA adapters are batched")
+                lora_a, lora_b = module.lora_A[a].weight, module.lora_B[a].weight * module.scaling[a]
+                a_list, b_list = factors.setdefault((i, proj), ([], []))
+                if len(a_list) != k:
+                    raise Unsupported(f"layer {i} {proj}: the runs adapt different projections")
+                a_list.append(lora_a)
+                b_list.append(lora_b)
+                ranks.append((k, lora_a.shape[0]))
+                found += 1
+        if found != sum(isinstance(m, LoraLayer) for m in base.modules()):
+            raise Unsupported(f"run {k}: an adapter sits outside the decoder layers' projections")
+    rank_of = dict(ranks)
+    if any(len(a) != len(models) for a, _ in factors.values()) or any(rank_of[k] != r for k, r in ranks):
+        raise Unsupported("the runs adapt different projections, or a run uses several ranks")
+    cols = torch.repeat_interleave(torch.arange(len(models)), torch.tensor([rank_of.get(k, 0) for k in range(len(models))]))
+    return {key: (torch.cat(a), torch.cat(b, dim=1)) for key, (a, b) in factors.items()}, cols
+
+
+class MultiLlama(LeanLlama):
+    """Decode steps of several LoRA runs of one ``LlamaForCausalLM`` in one batch, each row with its own run's adapter.
+
+    ``models``: the runs' policies (peft-wrapped copies of one base model, adapters active);
+    ``runs``: the run of each distinct prompt that :meth:`prefill` will get. A projection ``W``
+    with LoRA factors ``A_k, B_k`` (scale ``s_k``) computes, for a row of run ``k``,
+    ``x W^T + ((x A^T) * onehot_k) (s B)^T`` where ``A`` and ``s B`` stack every run's factors
+    side by side and ``onehot_k`` keeps run ``k``'s rank columns: one matmul of the base weight
+    and two thin ones for all runs together. Two other differences from :class:`LeanLlama`, both
+    for speed: each distinct prompt's keys and values are held once (not copied to each of its
+    rows); a step attends to them with one matmul per prompt over its rows (laid out in slots),
+    and to each row's own response columns apart; and attention is computed as eager Llama
+    computes it (scores, softmax in float32, weighted values), with the masks' hidden entries at
+    the dtype's minimum. So the logits equal the model's own up to rounding, not bit for bit.
+    """
+
+    def __init__(self, models: list, runs: torch.Tensor, room: int = 256):
+        from peft import PeftModel
+
+        first = models[0]
+        with first.disable_adapter() if isinstance(first, PeftModel) else contextlib.nullcontext():
+            super().__init__(first, room)
+        self.lora, self.cols = _stacked_adapters(models)
+        self.lora = {key: (a.to(self.device), b.to(self.device)) for key, (a, b) in self.lora.items()}
+        self.cols = self.cols.to(self.device)
+        self.run_of_prompt = runs.to(self.device)
+        self.prompt_keys: list[torch.Tensor] = []
+        self.prompt_values: list[torch.Tensor] = []
+        self.prompt_mask = torch.empty(0)
+        self.src = torch.empty(0, dtype=torch.long)
+
+    # -- the decoder interface of rollout.decode ----------------------------------------------
+
+    def prefill(self, ids: torch.Tensor, attn: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """Run the left-padded prompts; keep their keys and values once each; the logits after each prompt."""
+        rows, width = ids.shape
+        padding = attn.to(self.device, torch.bool)
+        causal = torch.ones(width, width, dtype=torch.bool, device=self.device).tril()
+        mask = self._additive(causal[None, None] & padding[:, None, None, :])
+        self.prompt_mask = self._additive(padding[:, None, None, :])
+        self.src = torch.arange(rows, device=self.device)
+        self._layout()
+        cos, sin = self._rope(pos)
+        self.prompt_keys, self.prompt_values = [], []
+        x = F.embedding(ids.to(self.device), self.embed)
+        for i, layer in enumerate(self.layers):
+            h = _rms_norm(x, layer.input_norm, layer.input_eps)
+            q, k, v = (self._project(h, i, name, w).view(rows, width, -1, self.head_dim).transpose(1, 2)
+                       for name, w in (("q_proj", layer.q), ("k_proj", layer.k), ("v_proj", layer.v)))
+            q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+            self.prompt_keys.append(k.contiguous())
+            self.prompt_values.append(v.contiguous())
+            out = self._softmax(torch.matmul(q, k.transpose(2, 3)) * self.scaling + mask) @ v
+            x = x + self._project(out.transpose(1, 2).reshape(rows, width, -1), i, "o_proj", layer.o)
+            x = x + self._mlp(x, i, layer)
+        # the response cache starts empty, one row per prompt
+        shape = (rows, self.heads, self.room, self.head_dim)
+        self.keys = [torch.empty(shape, device=self.device, dtype=self.dtype) for _ in self.layers]
+        self.values = [torch.empty(shape, device=self.device, dtype=self.dtype) for _ in self.layers]
+        self.padding = torch.zeros(rows, self.room, dtype=torch.bool, device=self.device)
+        self.used = 0
+        return F.linear(_rms_norm(x[:, -1], self.norm, self.norm_eps), self.lm_head).float()
+
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep (or repeat) the batch rows ``rows``, in that order; prompts no row reads any more are dropped."""
+        super().select(rows)
+        self.src = self.src[rows.to(self.device)]
+        kept = torch.unique(self.src)
+        if len(kept) < len(self.prompt_keys[0]):
+            self.prompt_keys = [k[kept] for k in self.prompt_keys]
+            self.prompt_values = [v[kept] for v in self.prompt_values]
+            self.prompt_mask, self.run_of_prompt = self.prompt_mask[kept], self.run_of_prompt[kept]
+            self.src = torch.searchsorted(kept, self.src)
+        self._layout()
+
+    def step(self, ids: torch.Tensor, attn: torch.Tensor, pos: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """Feed one chunk per row (``lengths`` real columns, then masked padding); each row's next-token logits."""
+        rows, width = ids.shape
+        start = self.used
+        self._reserve(start + width)
+        self.padding[:, start: start + width] = attn.to(self.device, torch.bool)
+        self.used = end = start + width
+        causal = torch.arange(start, end, device=self.device)[:, None] >= torch.arange(end, device=self.device)[None, :]
+        own_mask = self._additive(causal[None, None] & self.padding[:, None, None, :end])
+        cos, sin = self._rope(pos)
+        x = F.embedding(ids.to(self.device), self.embed)
+        for i, layer in enumerate(self.layers):
+            h = _rms_norm(x, layer.input_norm, layer.input_eps)
+            q, k, v = (self._project(h, i, name, w).view(rows, width, -1, self.head_dim).transpose(1, 2)
+                       for name, w in (("q_proj", layer.q), ("k_proj", layer.k), ("v_proj", layer.v)))
+            q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+            self.keys[i][:, :, start:end] = k
+            self.values[i][:, :, start:end] = v
+            keys, values = self.keys[i][:, :, :end], self.values[i][:, :, :end]
+            prompt = self._from_slots(torch.matmul(self._to_slots(q), self.prompt_keys[i].transpose(2, 3))
+                                      * self.scaling + self.prompt_mask)
+            weights = self._softmax(torch.cat([prompt, torch.matmul(q, keys.transpose(2, 3)) * self.scaling + own_mask], -1))
+            p = prompt.shape[-1]
+            out = self._from_slots(torch.matmul(self._to_slots(weights[..., :p]), self.prompt_values[i]))
+            out = out + torch.matmul(weights[..., p:], values)
+            x = x + self._project(out.transpose(1, 2).reshape(rows, width, -1), i, "o_proj", layer.o)
+            x = x + self._mlp(x, i, layer)
+        at = (lengths.to(self.device) - 1).clamp_min(0)
+        last = x[torch.arange(rows, device=self.device), at]
+        return F.linear(_rms_norm(last, self.norm, self.norm_eps), self.lm_head).float()
+
+    # -- pieces -----------------------------------------------------------------------------------
+
+    def _project(self, x: torch.Tensor, i: int, name: str, weight: torch.Tensor) -> torch.Tensor:
+        """``x W^T`` plus each row's own run's LoRA update, when the projection has adapters."""
+        out = F.linear(x, weight)
+        if (i, name) in self.lora:
+            a, b = self.lora[(i, name)]
+            out = out + F.linear(F.linear(x, a) * self.onehot, b)
+        return out
+
+    def _mlp(self, x: torch.Tensor, i: int, layer: _Layer) -> torch.Tensor:
+        h = _rms_norm(x, layer.post_norm, layer.post_eps)
+        gate, up = self._project(h, i, "gate_proj", layer.gate), self._project(h, i, "up_proj", layer.up)
+        return self._project(F.silu(gate) * up, i, "down_proj", layer.down)
+
+    def _softmax(self, scores: torch.Tensor) -> torch.Tensor:
+        return F.softmax(scores, dim=-1, dtype=torch.float32).to(self.dtype)
+
+    def _additive(self, seen: torch.Tensor) -> torch.Tensor:
+        """0 where ``seen``, the dtype's minimum elsewhere (a row that sees nothing stays finite, as in eager Llama)."""
+        return torch.zeros(seen.shape, device=self.device, dtype=self.dtype).masked_fill_(~seen, torch.finfo(self.dtype).min)
+
+    def _layout(self) -> None:
+        """Each row's run one-hot over the rank columns, and its slot: rows of one prompt side by side, ``S`` slots a prompt."""
+        rows, prompts = len(self.src), len(self.prompt_mask)
+        run = self.run_of_prompt[self.src]
+        self.onehot = (run[:, None] == self.cols[None, :]).to(self.dtype)[:, None, :]
+        counts = torch.bincount(self.src, minlength=prompts)
+        self.slots_per_prompt = int(counts.max()) if rows else 1
+        order = torch.argsort(self.src, stable=True)
+        ordered = self.src[order]
+        rank = torch.arange(rows, device=self.device) - torch.searchsorted(ordered, ordered)
+        self.slot = torch.empty_like(self.src)
+        self.slot[order] = ordered * self.slots_per_prompt + rank
+
+    def _to_slots(self, t: torch.Tensor) -> torch.Tensor:
+        """Rows ``(B, H, w, c)`` -> prompts ``(P, H, S * w, c)``, a prompt's rows in its slots (empty slots zero)."""
+        _, heads, width, c = t.shape
+        prompts, slots = len(self.prompt_mask), self.slots_per_prompt
+        out = t.new_zeros(prompts * slots, heads, width, c).index_copy_(0, self.slot, t)
+        return out.view(prompts, slots, heads, width, c).transpose(1, 2).reshape(prompts, heads, slots * width, c)
+
+    def _from_slots(self, t: torch.Tensor) -> torch.Tensor:
+        """Prompts ``(P, H, S * w, c)`` -> rows ``(B, H, w, c)``: the inverse of :meth:`_to_slots`."""
+        prompts, heads, _, c = t.shape
+        slots = self.slots_per_prompt
+        t = t.view(prompts, heads, slots, -1, c).transpose(1, 2).reshape(prompts * slots, heads, -1, c)
+        return t.index_select(0, self.slot)
 
 
 def make_decoder(model, lean: bool, room: int = 256):

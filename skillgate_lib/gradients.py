@@ -115,7 +115,7 @@ def proxy_summary(tokens: pd.DataFrame, rollouts: pd.DataFrame) -> dict[str, flo
     })
     out = {"tokens": int(len(tokens)), "rollouts": int(len(rollouts)), "rollouts_with_read": int(len(r)),
            "rank_corr": float(spearmanr(tokens["g"], tokens["param_norm"]).statistic),
-           "name_mean_1mp_proxy_g": float(tokens.loc[tokens["name"], "g"].mean()),
+           "name_mean_g": float(tokens.loc[tokens["name"], "g"].mean()),
            "other_mean_g": float(tokens.loc[~tokens["name"], "g"].mean())}
     if tokens["g_sampled"].notna().all():
         out["max_abs_g_vs_sampled"] = float((tokens["g"] - tokens["g_sampled"]).abs().max())

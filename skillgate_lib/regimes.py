@@ -183,6 +183,9 @@ def probe_summary(result) -> dict:
         "n": int(result.n_rows),
         "share_median_short": float(first["share_median"]), "share_median_long": float(last["share_median"]),
         "dilution": float(result.dilution),
+        "gshare_median_short": float(first["gshare_median"]), "gshare_median_long": float(last["gshare_median"]),
+        "grad_dilution": float(result.grad_dilution),
+        "ratio_share": float(result.overall["ratio_share"]), "ratio_gshare": float(result.overall["ratio_gshare"]),
         "sign_wrong_short": float(first["sign_wrong"]), "sign_wrong_long": float(last["sign_wrong"]),
         "value": float(result.overall["value"]), "value_lo": float(result.overall["value_lo"]),
         "value_hi": float(result.overall["value_hi"]),
@@ -225,7 +228,7 @@ def probe_main(argv: list[str] | None = None) -> int:
         regime = replace(regime, name=f"{regime.name}+custom", **over)
     result = probe(regime, args.out, args.model, args.groups, args.group_size, args.seed, args.threads, progress=True,
                    device=args.device, bf16=args.bf16)
-    summary = {"regime": regime.name, **regime.knobs(), **probe_summary(result)}
+    summary = {"regime": regime.name, "model": args.model, "seed": args.seed, **regime.knobs(), **probe_summary(result)}
     if args.json:
         print(json.dumps(summary, indent=1))
     else:

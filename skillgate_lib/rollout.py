@@ -177,51 +177,93 @@ def generate(
     of long responses; the episodes then run on past their answer).
     """
     model.eval()
-    device = next(model.parameters()).device
+    if not items:
+        return []
+    with merged_lora(model) as policy:
+        return decode(lambda runs: make_decoder(policy, lean, room=max_new_tokens), tokenizer,
+                      [Segment(env, items, generator, score_rng)], max_new_tokens, temperature, stats, min_new_tokens)[0]
+
+
+@dataclass
+class Segment:
+    """One run's share of a rollout batch (:func:`decode`): its environment, items and random streams."""
+
+    env: SkillSlateEnv
+    items: list[tuple[Task, Slate, int]]
+    generator: torch.Generator
+    """Draws this segment's tokens, from its own rows' logits only, in the order a batch of its own would."""
+    score_rng: object = None
+    """Scores its episodes (``env.score``), in item order."""
+
+
+def decode(open_decoder, tokenizer, segments: list[Segment], max_new_tokens: int, temperature: float,
+           stats: dict | None = None, min_new_tokens: int = 0) -> list[list[Episode]]:
+    """The decode loop of :func:`generate` over one batch that holds several segments; scored episodes per segment.
+
+    ``open_decoder(runs)`` gives the decoder (:mod:`skillgate_lib.decoder`) of the batch, where
+    ``runs`` (one entry per distinct prompt) names the segment each prompt belongs to. A
+    distinct prompt is one prompt text of one segment: segments never share a cache row, as
+    each may sample with other weights (:class:`~skillgate_lib.decoder.MultiLlama`).
+
+    A segment's tokens come from its own generator, sampled from the logits of its own rows in
+    the order and number a batch of that segment alone would hold: its rows leave its sample
+    when a quarter of them has ended, as they leave a batch of its own; a row the batch has
+    already dropped is sampled from a placeholder (the draws of the others do not depend on its
+    logits). So each segment's episodes are those of :func:`generate` up to the rounding of its
+    logits, and bit for bit the same when it is the only segment.
+    """
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
-    prompts: dict[str, list[int]] = {}  # distinct prompt text -> ids, in order of first use
-    episodes, texts = [], []
-    for task, slate, group in items:
-        text = env.prompt(task, slate)
-        if text not in prompts:
-            prompts[text] = tokenizer(text, add_special_tokens=False)["input_ids"]
-        episodes.append(Episode(task, slate, group, prompts[text]))
-        texts.append(text)
+    prompts: dict[tuple[int, str], list[int]] = {}  # (segment, distinct prompt text) -> ids, in order of first use
+    episodes, keys, spans = [], [], []
+    for s, seg in enumerate(segments):
+        first = len(episodes)
+        for task, slate, group in seg.items:
+            key = (s, seg.env.prompt(task, slate))
+            if key not in prompts:
+                prompts[key] = tokenizer(key[1], add_special_tokens=False)["input_ids"]
+            episodes.append(Episode(task, slate, group, prompts[key]))
+            keys.append(key)
+        spans.append(range(first, len(episodes)))
     n = len(episodes)
     if n == 0:
-        return []
+        return [[] for _ in segments]
     closer_ids = _close_token_ids(tokenizer)  # a walk over the vocabulary: once per call
     closers = torch.zeros(max(len(tokenizer), int(closer_ids.max()) + 1), dtype=torch.bool)
     closers[closer_ids] = True
     replies: dict[str, list[int]] = {}  # each distinct inserted text is tokenised once
 
-    with merged_lora(model) as policy:
-        decoder = make_decoder(policy, lean, room=max_new_tokens)
-        # Each distinct prompt once, then its cache row copied to every rollout of it.
-        order = list(prompts)
-        position = {text: k for k, text in enumerate(order)}
-        source = torch.tensor([position[t] for t in texts]) if len(order) < n else None
-        ids, attn, pos = _left_pad([prompts[t] for t in order], pad)
-        logits = decoder.prefill(ids, attn, pos)
-        last_pos = pos[:, -1]
-        if source is not None:
-            decoder.select(source)
-            logits, last_pos = logits[source.to(device)], last_pos[source]
-        rows = list(range(n))  # batch row -> episode index
-        ended = [False] * n
-        forwards = 0
-        for _ in range(max_new_tokens):
+    # Each distinct prompt once, then its cache row copied to every rollout of it.
+    order = list(prompts)
+    position = {key: k for k, key in enumerate(order)}
+    decoder = open_decoder(torch.tensor([s for s, _ in order]))
+    source = torch.tensor([position[k] for k in keys]) if len(order) < n else None
+    ids, attn, pos = _left_pad([prompts[k] for k in order], pad)
+    logits = decoder.prefill(ids, attn, pos)
+    last_pos = pos[:, -1]
+    if source is not None:
+        decoder.select(source)
+        logits, last_pos = logits[source.to(logits.device)], last_pos[source]
+    batch = list(range(n))  # decoder row -> episode index
+    sampled_rows = [list(span) for span in spans]  # per segment: the episodes its sample holds, in order
+    ended = [False] * n
+    forwards = 0
+    for _ in range(max_new_tokens):
+        chunks: dict[int, list[int]] = {}  # episode -> what it feeds next (nothing once ended)
+        at = None if len(segments) == 1 else {i: b for b, i in enumerate(batch)}
+        for seg, rows in zip(segments, sampled_rows):
+            if not rows:
+                continue
+            seg_logits = logits if at is None else _rows(logits, [at.get(i, -1) for i in rows])
             if min_new_tokens > 0 and eos is not None:
-                short = torch.tensor([len(episodes[i].response_ids) < min_new_tokens for i in rows], device=logits.device)
-                logits[short, eos] = float("-inf")
-            sampled = _sample(logits, temperature, generator)
-            g_rows = logit_grad_norm(logits, sampled).tolist()
+                short = torch.tensor([len(episodes[i].response_ids) < min_new_tokens for i in rows],
+                                     device=seg_logits.device)
+                seg_logits[short, eos] = float("-inf")
+            sampled = _sample(seg_logits, temperature, seg.generator)
+            g_rows = logit_grad_norm(seg_logits, sampled).tolist()
             closing = closers[sampled].tolist()
-            chunks = []
             for b, (i, tok) in enumerate(zip(rows, sampled.tolist())):
-                if ended[i]:  # still in the batch until the next compaction: fed nothing, keeps nothing
-                    chunks.append([])
+                if ended[i]:  # still in the sample until its next compaction: fed nothing, keeps nothing
                     continue
                 e = episodes[i]
                 e.response_ids.append(tok)
@@ -231,7 +273,7 @@ def generate(
                 if tok == eos:
                     ended[i] = True
                 elif closing[b]:
-                    reply = env.tool_response(e.task, e.slate, tokenizer.decode(e.response_ids, skip_special_tokens=True))
+                    reply = seg.env.tool_response(e.task, e.slate, tokenizer.decode(e.response_ids, skip_special_tokens=True))
                     if reply:
                         if reply not in replies:
                             replies[reply] = tokenizer(reply, add_special_tokens=False)["input_ids"]
@@ -242,26 +284,38 @@ def generate(
                         chunk += inserted
                 if len(e.response_ids) >= max_new_tokens:
                     ended[i] = True
-                chunks.append(chunk)
-            live = [b for b, i in enumerate(rows) if not ended[i]]
-            if not live:
-                break
-            if len(rows) - len(live) >= max(1, len(rows) // 4):  # drop ended rows from the batch
-                keep = torch.tensor(live)
-                decoder.select(keep)
-                last_pos = last_pos[keep]
-                rows, chunks = [rows[b] for b in live], [chunks[b] for b in live]
-            width = max(len(c) for c in chunks)
-            step = torch.tensor([c + [pad] * (width - len(c)) for c in chunks], dtype=torch.long)
-            real = torch.tensor([0 if ended[i] else len(c) for i, c in zip(rows, chunks)])  # an ended row feeds nothing
-            new_attn = (torch.arange(width)[None] < real[:, None]).long()
-            lengths = new_attn.sum(1)
-            positions = last_pos[:, None] + 1 + torch.arange(width)
-            logits = decoder.step(step, new_attn, positions, lengths)
-            forwards += 1
-            last_pos = last_pos + lengths
+                chunks[i] = chunk
+            live = [i for i in rows if not ended[i]]
+            if not live or len(rows) - len(live) >= max(1, len(rows) // 4):
+                rows[:] = live
+        live = [b for b, i in enumerate(batch) if not ended[i]]
+        if not live:
+            break
+        if len(batch) - len(live) >= max(1, len(batch) // 4):  # drop ended rows from the batch
+            keep = torch.tensor(live)
+            decoder.select(keep)
+            last_pos = last_pos[keep]
+            batch = [batch[b] for b in live]
+        fed = [chunks.get(i, []) for i in batch]
+        width = max(len(c) for c in fed)
+        step = torch.tensor([c + [pad] * (width - len(c)) for c in fed], dtype=torch.long)
+        real = torch.tensor([0 if ended[i] else len(c) for i, c in zip(batch, fed)])  # an ended row feeds nothing
+        new_attn = (torch.arange(width)[None] < real[:, None]).long()
+        lengths = new_attn.sum(1)
+        positions = last_pos[:, None] + 1 + torch.arange(width)
+        logits = decoder.step(step, new_attn, positions, lengths)
+        forwards += 1
+        last_pos = last_pos + lengths
     if stats is not None:
         stats.update(prefill_rows=len(order), decode_forwards=forwards, decoder=type(decoder).__name__)
-    for e in episodes:
-        annotate(e, env, tokenizer, rng=score_rng)
-    return episodes
+    out = []
+    for seg, span in zip(segments, spans):
+        for i in span:
+            annotate(episodes[i], seg.env, tokenizer, rng=seg.score_rng)
+        out.append([episodes[i] for i in span])
+    return out
+
+
+def _rows(logits: torch.Tensor, rows: list[int]) -> torch.Tensor:
+    """``logits[rows]``, a row of zeros where ``rows`` holds -1 (a row the batch no longer holds)."""
+    return torch.cat([logits, logits.new_zeros(1, logits.shape[1])])[torch.tensor(rows, device=logits.device)]

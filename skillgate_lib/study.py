@@ -24,6 +24,10 @@ Command line::
     python -m skillgate_lib study --plan paper --out-dir build/runs/study/paper --dry-run   # the plan and its wall time
     python -m skillgate_lib study --plan paper --out-dir build/runs/study/paper             # run or resume it
     python -m skillgate_lib study --plan sweep --regime easy --from data/runs/study/paper --out-dir ...
+
+Runs train in groups of ``--together`` (default 8) in each worker, their rollouts decoded in
+one batch (:mod:`skillgate_lib.multirun`: the same numbers up to the rounding of the sampling
+logits); ``--together 1`` trains each run alone, as before.
 """
 
 from __future__ import annotations
@@ -234,13 +238,22 @@ def estimate_minutes(plan: Plan, workers: int, step_s: dict[str, float] | None =
     return (train + tests) / workers / 60
 
 
-def run_study(plan: Plan, out_dir: str | Path, workers: int = 2, progress: bool = True, device: str = "auto") -> dict:
-    """Run (or resume) ``plan`` under ``out_dir``; returns the selection. Finished runs and tests are skipped."""
+#: Runs trained together in one worker by default (:mod:`skillgate_lib.multirun`); 1 is the runner before it.
+TOGETHER = 8
+
+
+def run_study(plan: Plan, out_dir: str | Path, workers: int = 2, progress: bool = True, device: str = "auto",
+              together: int = TOGETHER) -> dict:
+    """Run (or resume) ``plan`` under ``out_dir``; returns the selection. Finished runs and tests are skipped.
+
+    ``together``: runs trained together in one worker (:func:`skillgate_lib.multirun.train_together`: the same
+    numbers up to the rounding of the sampling logits); 1 trains each run alone, as before.
+    """
     out_dir = Path(out_dir)
     _check_plan(plan, out_dir)
     threads = max(1, (os.cpu_count() or 2) // workers)
     search = [plan.config(a, v, s, out_dir, threads, device) for a in plan.arms for v in a.values for s in plan.search_seeds]
-    _run_all(search, workers, False, progress, f"{plan.name}: search")
+    _run_all(search, workers, False, progress, f"{plan.name}: search", together)
     chosen = select(plan, out_dir)
     sel = out_dir / "selection.json"
     if sel.exists() and json.loads(sel.read_text()) != json.loads(json.dumps(chosen)):
@@ -248,7 +261,7 @@ def run_study(plan: Plan, out_dir: str | Path, workers: int = 2, progress: bool 
     sel.write_text(json.dumps(chosen, indent=1) + "\n")
     more = [plan.config(a, chosen[a.method]["value"], s, out_dir, threads, device)
             for a in plan.arms for s in _seeds(plan, a) if s not in plan.search_seeds]
-    _run_all(more, workers, False, progress, f"{plan.name}: seeds")
+    _run_all(more, workers, False, progress, f"{plan.name}: seeds", together)
     jobs = [(str(p), plan.regime, plan.test_tasks, None, threads, device) for p in selected_runs(plan, out_dir, chosen)]
     jobs.append((str(out_dir / "warmstart"), plan.regime, plan.test_tasks, plan.model, threads, device))
     _test_all(jobs, workers, progress)
@@ -271,6 +284,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=2, help="runs at once (the cores are split among them)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and its estimated wall time, run nothing")
     p.add_argument("--device", default="auto", help="where the runs train: auto (CUDA when present), cpu or cuda")
+    p.add_argument("--together", type=int, default=TOGETHER,
+                   help=f"runs trained together in one worker, their rollouts decoded in one batch (default: {TOGETHER}; "
+                        "1: each run alone, the runner before batching)")
     return p
 
 
@@ -298,7 +314,9 @@ def study_main(argv: list[str] | None = None) -> int:
     for m in (a.method for a in plan.arms):
         methods_lib.get(m)
     t0 = time.perf_counter()
-    chosen = run_study(plan, out, args.workers, device=args.device)
+    if args.together < 1:
+        p.error(f"--together must be >= 1, got {args.together}")
+    chosen = run_study(plan, out, args.workers, device=args.device, together=args.together)
     print(json.dumps(chosen, indent=1))
     print(f"wall time {(time.perf_counter() - t0) / 60:.1f} min")
     return 0

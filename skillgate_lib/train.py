@@ -307,6 +307,30 @@ def sample_batch(model, tokenizer, env: SkillSlateEnv, cfg: TrainConfig,
                  step: int) -> tuple[list[Episode], list[Episode], dict]:
     """``(rollouts to train on, every rollout drawn, counts of what was drawn)`` of one GRPO step.
 
+    The draws of :func:`sampling_rounds`, each rolled out by :func:`~skillgate_lib.rollout.generate` on ``model``.
+    """
+    rounds = sampling_rounds(env, cfg, step, tokenizer.pad_token_id)
+    request = next(rounds)
+    while True:
+        t0 = time.perf_counter()
+        items, gen, score_rng = request
+        episodes = generate(model, tokenizer, env, items, cfg.max_new_tokens, cfg.temperature, gen, score_rng=score_rng)
+        try:
+            request = rounds.send((episodes, time.perf_counter() - t0))
+        except StopIteration as done:
+            return done.value
+
+
+def sampling_rounds(env: SkillSlateEnv, cfg: TrainConfig, step: int, pad: int):
+    """The draws of one GRPO step and what is kept of them, as a generator that leaves the rollouts to its caller.
+
+    Yields each draw's request ``(items, generator, score_rng)``: the ``(task, slate, group)``
+    items to roll out, the sampling generator and the scoring generator, seeded from
+    ``(cfg.seed, step)``. Receives ``(episodes of that draw, seconds they took)``. Returns (as
+    ``StopIteration.value``) ``(rollouts to train on, every rollout drawn, counts of what was drawn)``.
+    :func:`sample_batch` rolls a request out at once; :mod:`skillgate_lib.multirun` rolls the
+    requests of several runs out in one batch.
+
     Without ``filter_groups``: one draw of ``prompts_per_step`` groups. With it (the
     reference's dynamic sampling, every RL arm): draws of ``prompts_per_step`` fresh
     prompts, at most ``max_draws`` of them, until ``prompts_per_step`` groups whose rewards
@@ -323,15 +347,14 @@ def sample_batch(model, tokenizer, env: SkillSlateEnv, cfg: TrainConfig,
     stats = {"groups/sampled": 0, "groups/kept": 0, "groups/filtered": 0, "groups/surplus": 0,
              "reads/selector_active": 0, "reads/selector_active_filtered": 0, "time/generate_s": 0.0}
     for draw in range(cfg.max_draws if cfg.filter_groups else 1):
-        t0 = time.perf_counter()
         extra = (draw,) if draw else ()  # draw 0 keeps the streams of a step without dynamic sampling
         gen = torch.Generator().manual_seed(stream_seed(cfg.seed, step, 4, *extra))
-        episodes = generate(model, tokenizer, env, step_items(env, cfg, step, draw), cfg.max_new_tokens,
-                            cfg.temperature, gen, score_rng=np.random.default_rng(stream_seed(cfg.seed, step, 5, *extra)))
-        stats["time/generate_s"] += time.perf_counter() - t0
+        episodes, seconds = yield (step_items(env, cfg, step, draw), gen,
+                                   np.random.default_rng(stream_seed(cfg.seed, step, 5, *extra)))
+        stats["time/generate_s"] += seconds
         drawn += episodes
         mixed = _mixed(episodes)
-        sel = credit_lib.selector_advantages(credit_inputs(episodes, pack(episodes, tokenizer.pad_token_id)))
+        sel = credit_lib.selector_advantages(credit_inputs(episodes, pack(episodes, pad)))
         for e, adv in zip(episodes, sel):
             active = sum(a != 0.0 for a in adv)
             stats["reads/selector_active"] += active
@@ -394,7 +417,18 @@ def grpo_step(model, tokenizer, env: SkillSlateEnv, opt, params, cfg: TrainConfi
     averages) is read before and updated after the credit of this batch.
     """
     t0 = time.perf_counter()
-    episodes, drawn, stats = sample_batch(model, tokenizer, env, cfg, step)
+    sampled = sample_batch(model, tokenizer, env, cfg, step)
+    return grpo_update(model, tokenizer, env, opt, params, cfg, ccfg, step, sampled, skill_values, t0)
+
+
+def grpo_update(model, tokenizer, env: SkillSlateEnv, opt, params, cfg: TrainConfig, ccfg: credit_lib.CreditConfig,
+                step: int, sampled: tuple, skill_values=None, t0: float | None = None):
+    """The rest of :func:`grpo_step` once its rollouts ``sampled`` (:func:`sample_batch`'s triple) are in hand.
+
+    ``t0``: the ``perf_counter`` time the step began (its ``time/step_s`` counts from there).
+    """
+    t0 = time.perf_counter() if t0 is None else t0
+    episodes, drawn, stats = sampled
     first = [e for e in drawn if e.group < cfg.prompts_per_step]
     trained, mixed = {e.group for e in episodes}, _mixed(drawn)
     # the filtered groups (surplus mixed groups of the last draw are neither trained on nor logged)
@@ -457,54 +491,92 @@ def train(cfg: TrainConfig, progress: bool = True, resume: bool = False) -> pd.D
     ``config.json``. Without it, a ``run_dir`` that already holds a run is an error:
     nothing already written is overwritten by accident.
     """
-    from peft import set_peft_model_state_dict
+    run = Run(cfg, resume)
+    if run.start == 0:
+        run.log_eval(0, run.evaluate())
+    bar = tqdm(range(run.start, cfg.steps), desc=f"{cfg.credit} seed {cfg.seed}", disable=not progress,
+               initial=run.start, total=cfg.steps)
+    for step in bar:
+        if run.finetune:
+            result = sft_step(run.model, run.tokenizer, run.env, run.opt, run.params, cfg, step)
+        else:
+            result = grpo_step(run.model, run.tokenizer, run.env, run.opt, run.params, cfg, run.ccfg, step,
+                               run.skill_values)
+        row = run.log_step(step, result)
+        if run.eval_due(step + 1):
+            ev = run.log_eval(step + 1, run.evaluate())
+            bar.set_postfix(eval_success=f"{ev['eval/success']:.2f}", oracle=f"{ev['eval/oracle_read']:.2f}")
+        elif "reward" in row:
+            bar.set_postfix(reward=f"{row['reward']:.2f}", kept=f"{row['groups/kept']}/{row['groups/sampled']}")
+        run.checkpoint(step + 1)
+    return run.finish()
 
-    torch.set_num_threads(cfg.threads)
-    seed_everything(cfg.seed)
-    run_dir = Path(cfg.run_dir)
-    if not resume and (run_dir / "metrics.jsonl").exists():
-        raise FileExistsError(f"{run_dir}: already holds a run; pass --resume to continue it or choose another --run-dir")
-    if resume and (run_dir / "config.json").exists():
-        check_resume_config(run_dir, cfg)
-    writer = tracking.TrackedRunWriter(run_dir, cfg.report_to, _config_record(cfg))
-    if resume:
-        writer.remove_partial_writes()
-    env, eval_env = make_env(cfg), make_env(cfg, train=False)
-    device = devices.resolve(cfg.device)
-    devices.check_bf16(device, cfg.bf16)
-    base, tokenizer = load_policy(cfg.model)
-    model, params, opt, ccfg, skill_values = setup_training(base.to(device), cfg)
-    start = 0
-    if resume and _checkpoint_path(run_dir).exists():
-        state = torch.load(_checkpoint_path(run_dir), weights_only=False, map_location=device)
-        set_peft_model_state_dict(model, state["adapter"])
-        opt.load_state_dict(state["optimizer"])
-        skill_values = state.get("skill_values", skill_values)
-        start = state["step"]
-        writer.truncate_metrics(after_step=start)
-    elif resume:
-        writer.truncate_metrics(after_step=-1)  # killed before its first checkpoint: start over
-    writer.write_config(_config_record(cfg))
 
-    def run_eval(step: int) -> dict:
-        eps = evaluate(model, tokenizer, eval_env, cfg.eval_tasks, cfg.max_new_tokens, temperature=cfg.temperature,
-                       split=cfg.eval_split)
-        writer.write_trajectories(episode_rows(eps, step, "eval", cfg.credit), step=step, split="eval")
-        row = {"step": step, "split": "eval", **summarize(eps)}
-        writer.log_metrics(row)
+class Run:
+    """One training run's state and writes around its steps: what :func:`train` does besides the step itself.
+
+    Opening a run checks its directory (an existing run without ``resume``, other settings
+    on resume), seeds, loads the policy (or takes ``policy = (base model, tokenizer)``,
+    which LoRA then wraps in place), restores the checkpoint and writes ``config.json``.
+    :mod:`skillgate_lib.multirun` opens several and steps them together; each writes what
+    :func:`train` writes.
+    """
+
+    def __init__(self, cfg: TrainConfig, resume: bool = False, policy: tuple | None = None):
+        from peft import set_peft_model_state_dict
+
+        torch.set_num_threads(cfg.threads)
+        seed_everything(cfg.seed)
+        self.cfg, run_dir = cfg, Path(cfg.run_dir)
+        if not resume and (run_dir / "metrics.jsonl").exists():
+            raise FileExistsError(f"{run_dir}: already holds a run; pass --resume to continue it or choose another --run-dir")
+        if resume and (run_dir / "config.json").exists():
+            check_resume_config(run_dir, cfg)
+        self.writer = writer = tracking.TrackedRunWriter(run_dir, cfg.report_to, _config_record(cfg))
+        if resume:
+            writer.remove_partial_writes()
+        self.env, self.eval_env = make_env(cfg), make_env(cfg, train=False)
+        device = devices.resolve(cfg.device)
+        devices.check_bf16(device, cfg.bf16)
+        base, self.tokenizer = policy if policy is not None else load_policy(cfg.model)
+        self.model, self.params, self.opt, self.ccfg, self.skill_values = setup_training(base.to(device), cfg)
+        self.start = 0
+        if resume and _checkpoint_path(run_dir).exists():
+            state = torch.load(_checkpoint_path(run_dir), weights_only=False, map_location=device)
+            set_peft_model_state_dict(self.model, state["adapter"])
+            self.opt.load_state_dict(state["optimizer"])
+            self.skill_values = state.get("skill_values", self.skill_values)
+            self.start = state["step"]
+            writer.truncate_metrics(after_step=self.start)
+        elif resume:
+            writer.truncate_metrics(after_step=-1)  # killed before its first checkpoint: start over
+        writer.write_config(_config_record(cfg))
+        self.finetune = methods.get(cfg.method).separate_finetune
+
+    def eval_due(self, step: int) -> bool:
+        """Whether the held-out evaluation runs after ``step`` steps (every ``eval_every``, and at the end)."""
+        return step % self.cfg.eval_every == 0 or step == self.cfg.steps
+
+    def evaluate(self) -> list[Episode]:
+        """The held-out trials of a periodic evaluation of the policy as it is now."""
+        cfg = self.cfg
+        return evaluate(self.model, self.tokenizer, self.eval_env, cfg.eval_tasks, cfg.max_new_tokens,
+                        temperature=cfg.temperature, split=cfg.eval_split)
+
+    def log_eval(self, step: int, episodes: list[Episode]) -> dict:
+        """Write an evaluation's trajectories and metrics row after ``step`` steps; returns the row."""
+        self.writer.write_trajectories(episode_rows(episodes, step, "eval", self.cfg.credit), step=step, split="eval")
+        row = {"step": step, "split": "eval", **summarize(episodes)}
+        self.writer.log_metrics(row)
         return row
 
-    if start == 0:
-        run_eval(0)
-    bar = tqdm(range(start, cfg.steps), desc=f"{cfg.credit} seed {cfg.seed}", disable=not progress,
-               initial=start, total=cfg.steps)
-    finetune = methods.get(cfg.method).separate_finetune
-    for step in bar:
-        if finetune:
-            episodes, cr, share, row, dropped = sft_step(model, tokenizer, env, opt, params, cfg, step)
-        else:
-            episodes, cr, share, row, dropped = grpo_step(model, tokenizer, env, opt, params, cfg, ccfg, step,
-                                                          skill_values)
+    def log_step(self, step: int, result: tuple) -> dict:
+        """Write step ``step``'s metrics row and, every ``log_train_every`` steps, its trajectories; returns the row.
+
+        ``result``: what :func:`grpo_step` or :func:`sft_step` returns.
+        """
+        cfg, writer = self.cfg, self.writer
+        episodes, cr, share, row, dropped = result
         writer.log_metrics(row)
         if (step + 1) % cfg.log_train_every == 0 and (episodes or dropped):
             # every rollout drawn: the kept groups with the credit they got, the filtered ones with none
@@ -512,16 +584,18 @@ def train(cfg: TrainConfig, progress: bool = True, resume: bool = False) -> pd.D
             rows += episode_rows(dropped, step + 1, "train", cfg.credit, filtered_credit(dropped))  # Share: k / L
             writer.write_trajectories(rows, step=step + 1, split="train")
             if episodes:
-                writer.log_sample(group_sample(episodes, tokenizer, step + 1, group=episodes[0].group))
-        if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
-            ev = run_eval(step + 1)
-            bar.set_postfix(eval_success=f"{ev['eval/success']:.2f}", oracle=f"{ev['eval/oracle_read']:.2f}")
-        elif "reward" in row:
-            bar.set_postfix(reward=f"{row['reward']:.2f}", kept=f"{row['groups/kept']}/{row['groups/sampled']}")
-        if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
-            _save_checkpoint(run_dir, model, opt, step + 1, skill_values)
-    _save_adapter(model, run_dir)
-    return logs.read_metrics(run_dir)
+                writer.log_sample(group_sample(episodes, self.tokenizer, step + 1, group=episodes[0].group))
+        return row
+
+    def checkpoint(self, step: int) -> None:
+        """The atomic checkpoint after ``step`` steps, when one is due (every ``checkpoint_every``, and at the end)."""
+        if step % self.cfg.checkpoint_every == 0 or step == self.cfg.steps:
+            _save_checkpoint(Path(self.cfg.run_dir), self.model, self.opt, step, self.skill_values)
+
+    def finish(self) -> pd.DataFrame:
+        """Save the final adapter; the run's metrics table."""
+        _save_adapter(self.model, Path(self.cfg.run_dir))
+        return logs.read_metrics(self.cfg.run_dir)
 
 
 def _save_adapter(model, run_dir: Path) -> None:

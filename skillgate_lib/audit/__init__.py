@@ -65,11 +65,11 @@ from skillgate_lib.audit.engine import FORMATS, Engine, Unreadable, open_log
 from skillgate_lib.audit.figures import figures, shares_figure
 from skillgate_lib.audit.fit import fit_theory, theory_curves
 from skillgate_lib.audit.measures import BY_CATEGORY, TRENDS, AuditResult, run_audit, side_by_side
-from skillgate_lib.audit.stats import bootstrap_mean, spearman_trend, weighted_quantiles
+from skillgate_lib.audit.stats import bootstrap_mean, spearman_trend, t_interval, weighted_quantiles
 from skillgate_lib.audit.synthetic import write_synthetic_log
 from skillgate_lib.readers import detect_format
 
 __all__ = ["AuditResult", "BY_CATEGORY", "Engine", "FORMATS", "TRENDS", "Unreadable", "bootstrap_mean",
            "categories_note", "detect_format", "figures", "fit_theory", "main", "open_log", "report", "run_audit",
-           "shares_figure", "side_by_side", "spearman_trend", "theory_curves", "weighted_quantiles",
+           "shares_figure", "side_by_side", "spearman_trend", "t_interval", "theory_curves", "weighted_quantiles",
            "write_synthetic_log"]

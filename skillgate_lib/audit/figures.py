@@ -104,10 +104,12 @@ def shares_figure(results: dict[str, AuditResult]) -> tuple[Any, pd.DataFrame]:
             for name, r in results.items() for b in (r.bins,)]
     data = pd.concat(rows, ignore_index=True)
     fig, axes = plt.subplots(1, 2, figsize=(9, 4), layout="constrained", sharey=True)
-    for name, r in results.items():
-        line, = axes[0].plot(r.bins["h_mean"], 100 * r.bins["share_median"], "o-", label=name)
+    styles = [("o", "-"), ("s", "--"), ("^", ":"), ("D", "-."), ("v", (0, (5, 1)))]  # runs of one format share a Share
+    for (name, r), (marker, dash) in zip(results.items(), styles * len(results)):
+        line, = axes[0].plot(r.bins["h_mean"], 100 * r.bins["share_median"], marker=marker, ls=dash, label=name)
         if r.n_grad:
-            axes[1].plot(r.bins["h_mean"], 100 * r.bins["gshare_median"], "s-", color=line.get_color(), label=name)
+            axes[1].plot(r.bins["h_mean"], 100 * r.bins["gshare_median"], marker=marker, ls=dash, color=line.get_color(),
+                         label=name)
     axes[0].set(title="Share: the name's share of the loss weight", xlabel="horizon H (steps)",
                 ylabel="median over rollouts (%)", yscale="log")
     axes[1].set(title="Gradient Share: its share of the logit-gradient norms", xlabel="horizon H (steps)", yscale="log")
