@@ -79,7 +79,18 @@ def grpo_step_160_block(r: dict) -> str:
     )
 
 
-BLOCKS = {"study": study_block, "study_steps20": study_block, "grpo_step_160": grpo_step_160_block}
+def device_block(r: dict) -> str:
+    """``bench_device.py``: GRPO step times of real training runs on one device, each configuration with and without bf16."""
+    rows = "\n".join(
+        f"| `{x['config']}` | {x['prompts_per_step']} x {x['group_size']} | {'bf16' if x['bf16'] else 'fp32'} | "
+        f"{x['median_step_s']:.2f} | {x['median_generate_s']:.2f} | {x['rollouts_per_s']:.1f} |" for x in r["runs"])
+    return (f"`python benchmarks/bench_device.py --device cuda --bf16 --steps {r['runs'][0]['steps']}` on one "
+            f"{r['device_name']} (torch {r['torch']}, Python {r['python']}); medians over steps 2-{r['runs'][0]['steps']}:\n\n"
+            "| configuration | prompts x rollouts | precision | step s | of which generation s | rollouts / s |\n"
+            "|---|---|---|---:|---:|---:|\n" + rows + "\n")
+
+
+BLOCKS = {"device_cuda_h200": device_block, "study": study_block, "study_steps20": study_block, "grpo_step_160": grpo_step_160_block}
 
 
 def render(text: str) -> str:
