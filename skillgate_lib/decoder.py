@@ -23,6 +23,9 @@ value at every step: most of the general path's time, more so as the context gro
 per-module overhead (hooks, peft's wrappers, mask building, RoPE). What it keeps is the
 arithmetic and sdpa's CPU kernel, which it has to share with the model's own forward to stay
 exact.
+
+One module on purpose (over 400 lines): the three decoders share the weight readers, the norm and
+RoPE helpers, and must stay exact against one another; apart, those helpers would cross modules.
 """
 
 from __future__ import annotations
