@@ -426,10 +426,7 @@ class MultiLlama(LeanLlama):
         self.prompt_keys, self.prompt_values = [], []
         x = F.embedding(ids.to(self.device), self.embed)
         for i, layer in enumerate(self.layers):
-            h = _rms_norm(x, layer.input_norm, layer.input_eps)
-            q, k, v = (self._project(h, i, name, w).view(rows, width, -1, self.head_dim).transpose(1, 2)
-                       for name, w in (("q_proj", layer.q), ("k_proj", layer.k), ("v_proj", layer.v)))
-            q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+            q, k, v = self._qkv(x, i, layer, cos, sin)
             self.prompt_keys.append(k.contiguous())
             self.prompt_values.append(v.contiguous())
             out = self._softmax(torch.matmul(q, k.transpose(2, 3)) * self.scaling + mask) @ v
@@ -442,6 +439,15 @@ class MultiLlama(LeanLlama):
         self.padding = torch.zeros(rows, self.room, dtype=torch.bool, device=self.device)
         self.used = 0
         return F.linear(_rms_norm(x[:, -1], self.norm, self.norm_eps), self.lm_head).float()
+
+    def _qkv(self, x: torch.Tensor, i: int, layer, cos: torch.Tensor, sin: torch.Tensor):
+        """Layer ``i``'s queries, keys and values of ``x`` (rows, width, hidden), each row with its run's weights;
+        queries and keys rotated. Each is (rows, heads, width, head_dim)."""
+        rows, width = x.shape[:2]
+        h = _rms_norm(x, layer.input_norm, layer.input_eps)
+        q, k, v = (self._project(h, i, name, w).view(rows, width, -1, self.head_dim).transpose(1, 2)
+                   for name, w in (("q_proj", layer.q), ("k_proj", layer.k), ("v_proj", layer.v)))
+        return _rotate(q, cos, sin), _rotate(k, cos, sin), v
 
     def select(self, rows: torch.Tensor) -> None:
         """Keep (or repeat) the batch rows ``rows``, in that order; prompts no row reads any more are dropped."""
@@ -467,10 +473,7 @@ class MultiLlama(LeanLlama):
         cos, sin = self._rope(pos)
         x = F.embedding(ids.to(self.device), self.embed)
         for i, layer in enumerate(self.layers):
-            h = _rms_norm(x, layer.input_norm, layer.input_eps)
-            q, k, v = (self._project(h, i, name, w).view(rows, width, -1, self.head_dim).transpose(1, 2)
-                       for name, w in (("q_proj", layer.q), ("k_proj", layer.k), ("v_proj", layer.v)))
-            q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+            q, k, v = self._qkv(x, i, layer, cos, sin)
             self.keys[i][:, :, start:end] = k
             self.values[i][:, :, start:end] = v
             keys, values = self.keys[i][:, :, :end], self.values[i][:, :, :end]

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
-from skillgate_lib import logs, paths, regimes, theory
+from skillgate_lib import logs, regimes, theory
 from skillgate_lib.audit import report, run_audit
 from skillgate_lib.env import NOTE_WORDS, SkillSlateEnv
 from skillgate_lib.gradients import logit_grad_norm, parameter_gradients, proxy_summary
@@ -124,8 +124,15 @@ def test_the_audit_reports_gradient_share_by_horizon_and_old_runs_still_audit(sa
     for _, b in result.bins.iterrows():
         assert b["gshare_median"] == pytest.approx(by_h[b["h_min"]], rel=1e-9)
     assert "gshare_median" in table.columns and "Gradient Share" in report(result)
-    # a run written before the columns existed (the committed audit runs): Share as before, a line saying why not
-    old = run_audit(paths.DATA_DIR / "runs" / "audit" / "easy-outcome", n_boot=50)
+    # a run written before the columns existed: Share as before, a line saying why not
+    old_rows = [{k: v for k, v in r.items() if not k.startswith("grad_weight")} for r in rows]
+    old_writer = logs.RunWriter(tmp_path / "old")
+    old_writer.write_config({"kind": "test"})
+    part = old_writer.write_trajectories(old_rows, step=1, split="train")
+    import pyarrow.parquet as pq
+
+    pq.write_table(pq.read_table(part).drop_columns(list(logs.OPTIONAL_COLUMNS)), part)  # as the kit wrote before them
+    old = run_audit(tmp_path / "old", n_boot=50)
     assert old.n_grad == 0 and old.bins["gshare_median"].isna().all() and math.isnan(old.grad_dilution)
     assert "no gradient weights" in report(old)
     assert old.bins["share_median"].notna().all()
