@@ -337,7 +337,21 @@ def verdict(figures_dir: Path, data_dir: Path) -> str:
             f"{success_claim}. Where the audit shows\n"
             f"Share, Sign and Value at the paper's order (`paper_echo_f30`), outcome-only GRPO learns the choice anyway\n"
             f"(oracle-read {leading_number(f30.loc['outcome', 'test/oracle_read']):.1f} % on the test set; "
-            f"SkillGate {leading_number(f30.loc['skillgate', 'test/oracle_read']):.1f} %, reached sooner).\n")
+            f"SkillGate {leading_number(f30.loc['skillgate', 'test/oracle_read']):.1f} %, reached sooner).\n"
+            + _note_sentence(data_dir))
+
+
+def _note_sentence(data_dir: Path) -> str:
+    """The verdict's line on the note regime, from its committed audit run (held-out oracle-read, Gradient Share)."""
+    from skillgate_lib import logs
+    from skillgate_lib.audit import run_audit
+
+    run = data_dir / "runs" / "audit" / "paper_note8-outcome"
+    ev = logs.read_metrics(run).query("split == 'eval'").sort_values("step")
+    g = run_audit(run, split="train", n_boot=1000, seed=0).bins["gshare_median"].iloc[-1]
+    return (f"Where the name holds {100 * g:.2f} % of the logit-gradient mass at H = 8 (`paper_note8`), outcome-only GRPO still\n"
+            f"learns it (held-out oracle-read {100 * ev['eval/oracle_read'].iloc[0]:.0f} % -> "
+            f"{100 * ev['eval/oracle_read'].iloc[-1]:.0f} % in {int(ev['step'].iloc[-1])} steps); how much starvation slows it is open.\n")
 
 
 def generated_blocks(figures_dir: Path = paths.FIGURES_DIR, data_dir: Path = paths.DATA_DIR) -> dict:
