@@ -118,7 +118,7 @@ def get(name: str) -> Regime:
 
 
 def probe(regime: Regime, out_dir: str | Path, model: str = "tiny", n_groups: int = 128, group_size: int = 8,
-          seed: int = 0, threads: int = 2, chunk: int = 16, progress: bool = False, device: str = "cpu",
+          seed: int = 0, threads: int = 2, chunk: int = 16, progress: bool = False, device: str = "auto",
           bf16: bool = False):
     """Outcome-only GRPO's view of ``regime`` from the warm start: roll out, credit, write, audit.
 
