@@ -191,13 +191,13 @@ def leading_number(cell) -> float:
     return float(match.group(1))
 
 
-def _markdown(header: list[str], rows: list[list[str]], align: str) -> str:
+def markdown_table(header: list[str], rows: list[list[str]], align: str) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" if a == "r" else "---" for a in align) + "|"]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
 
 
-def _pp(mean: float, lo: float, hi: float) -> str:
+def interval_pp(mean: float, lo: float, hi: float) -> str:
     return f"{mean:+.1f} [{lo:+.1f}, {hi:+.1f}]"
 
 
@@ -205,7 +205,7 @@ def diagnosis_table(summary_csv: Path, conditions: dict[str, str] | None = None)
     """A diagnosis ``summary.csv`` as Markdown: its cells as the script wrote them (a mean and its 95 % interval)."""
     df = pd.read_csv(summary_csv, dtype=str, keep_default_na=False).set_index("condition")
     order = [c for c in (conditions or {}) if c in df.index] + [c for c in df.index if c not in (conditions or {})]
-    return _markdown(["condition", *df.columns], [[(conditions or {}).get(c, f"`{c}`"), *(v if "nan" not in v else "–" for v in df.loc[c])] for c in order],
+    return markdown_table(["condition", *df.columns], [[(conditions or {}).get(c, f"`{c}`"), *(v if "nan" not in v else "–" for v in df.loc[c])] for c in order],
                      "l" + "r" * len(df.columns))
 
 
@@ -230,8 +230,8 @@ def starvation_against_gain(figures_dir: Path, data_dir: Path) -> str:
         model = json.loads((next((data_dir / "runs" / "study" / r["regime"]).glob("outcome-*/config.json"))).read_text())["model"]
         rows.append([f"`{r['regime']}` (`{model}`)", int(r["seeds"]), "its outcome runs (mean)", f"{100 * r['audit_value']:+.1f}",
                      f"{100 * r['audit_sign_wrong']:.1f} %", f"{100 * r['audit_share_median']:.2f} %",
-                     f"{start:.0f} % -> {end:.0f} %", _pp(r["oracle_read_diff"], r["oracle_read_lo"], r["oracle_read_hi"]),
-                     _pp(r["success_diff"], r["success_lo"], r["success_hi"])])
+                     f"{start:.0f} % -> {end:.0f} %", interval_pp(r["oracle_read_diff"], r["oracle_read_lo"], r["oracle_read_hi"]),
+                     interval_pp(r["success_diff"], r["success_lo"], r["success_hi"])])
     for folder, (regime, model, audit_run) in DIAGNOSED.items():
         d = data_dir / "runs" / "diagnosis" / folder
         summary = pd.read_csv(d / "summary.csv", dtype=str, keep_default_na=False).set_index("condition")
@@ -245,7 +245,7 @@ def starvation_against_gain(figures_dir: Path, data_dir: Path) -> str:
         rows.append([f"`{regime}` (`{model}`)", summary.loc["outcome", "seeds"], *audited,
                      f"{100 * curves['outcome'].iloc[0]:.0f} % -> {100 * curves['outcome'].iloc[-1]:.0f} %",
                      sg["oracle_read - outcome (pp)"], sg["success - outcome (pp)"]])
-    return _markdown(["regime (warm start)", "seeds", "audited in", "Value pp", "wrong-signed reads", "median Share",
+    return markdown_table(["regime (warm start)", "seeds", "audited in", "Value pp", "wrong-signed reads", "median Share",
                       "outcome-only oracle-read, start -> end", "SkillGate minus outcome: oracle-read pp", "success pp"],
                      rows, "lrlrrrrrr")
 
@@ -256,70 +256,17 @@ def dose_response_table(figures_dir: Path) -> str:
     rows = [[f"`{r['regime']}`", int(r["seeds"]), f"{100 * r['audit_value']:+.1f} pp", f"{100 * r['audit_sign_wrong']:.1f} %",
              f"{100 * r['audit_zero_credit']:.0f} %", f"{100 * r['audit_share_median']:.1f} %", f"{100 * r['audit_signal']:.1f}",
              f"{r['success_outcome']:.1f} % / {r['oracle_read_outcome']:.1f} %",
-             _pp(r["oracle_read_diff"], r["oracle_read_lo"], r["oracle_read_hi"]), _pp(r["success_diff"], r["success_lo"], r["success_hi"])]
+             interval_pp(r["oracle_read_diff"], r["oracle_read_lo"], r["oracle_read_hi"]), interval_pp(r["success_diff"], r["success_lo"], r["success_hi"])]
             for _, r in dose.iterrows()]
-    return _markdown(["regime", "seeds", "audited Value", "wrong-signed reads", "reads with zero credit", "median Share",
+    return markdown_table(["regime", "seeds", "audited Value", "wrong-signed reads", "reads with zero credit", "median Share",
                       "Value x Share (x 100)", "outcome success / oracle-read", "SkillGate minus outcome: oracle-read pp",
                       "success pp"], rows, "lrrrrrrrrr")
 
 
-#: The committed outcome-only audit runs (``data/runs/audit/<regime>-outcome``), in the order the record reads them.
-AUDIT_RUNS = ("paper_note8", "paper_echo_f30", "paper_echo", "paper", "easy")
-
-
-def gradient_share_table(data_dir: Path) -> str:
-    """One row per committed audit run: Share and Gradient Share (medians) at the shortest and longest horizon with
-    their dilutions, the wrong-signed fraction at both ends, Value with its bootstrap interval."""
-    from skillgate_lib.audit import run_audit, side_by_side
-
-    results = {r: run_audit(data_dir / "runs" / "audit" / f"{r}-outcome", split="train", n_boot=1000, seed=0)
-               for r in AUDIT_RUNS if (data_dir / "runs" / "audit" / f"{r}-outcome").is_dir()}
-    t = side_by_side(results)
-
-    def pct(v: float, digits: int = 2) -> str:
-        return "–" if pd.isna(v) else f"{100 * v:.{digits}f} %"
-
-    rows = [[f"`{name}`", f"{int(r['trajectories']):,}", f"{pct(r['share_short'])} -> {pct(r['share_long'])}",
-             f"{r['dilution']:.1f}x", f"{pct(r['gshare_short'])} -> {pct(r['gshare_long'])}",
-             "–" if pd.isna(r["grad_dilution"]) else f"{r['grad_dilution']:.1f}x",
-             f"{pct(r['sign_wrong_short'], 1)} -> {pct(r['sign_wrong_long'], 1)}",
-             _pp(100 * r["value"], 100 * r["value_lo"], 100 * r["value_hi"])] for name, r in t.iterrows()]
-    return _markdown(["audit run (`<regime>-outcome`)", "rollouts", "Share, H = 1 -> 8", "dilution",
-                      "Gradient Share, H = 1 -> 8", "dilution", "wrong-signed reads, H = 1 -> 8", "Value pp [95 % CI]"],
-                     rows, "lrrrrrrr")
-
-
-def gradient_proxy_table(data_dir: Path) -> str:
-    """``scripts/gradient_proxy_check.py``'s summary: the logit proxy against the LoRA parameters' own gradients."""
-    s = pd.read_csv(data_dir / "runs" / "diagnosis" / "gradient_proxy" / "summary.csv")
-    rows = [[f"`{r['model']}` in `{r['regime']}`", f"{int(r['rollouts'])} / {int(r['tokens']):,}", f"{r['rank_corr']:.2f}",
-             f"{r['name_mean_g']:.2f} / {r['other_mean_g']:.3f}",
-             *(f"{100 * r[c]:.1f} %" for c in ("median_share_loss", "median_share_proxy", "median_share_pnorm",
-                                                 "median_share_summed"))]
-            for _, r in s.iterrows()]
-    return _markdown(["warm start, regime", "rollouts / tokens", "rank corr. g vs parameter-gradient norm",
-                      "mean g: name / other", "name's share: loss weight", "logit proxy (Gradient Share)",
-                      "sum of per-token parameter-gradient norms", "norm of the summed parameter gradient"],
-                     rows, "lrrrrrrr")
-
-
-def probes_table(data_dir: Path) -> str:
-    """The committed probe summaries (``data/runs/diagnosis/probes/*.json``, written by ``probe --json``)."""
-    rows = []
-    for path in sorted((data_dir / "runs" / "diagnosis" / "probes").glob("*.json")):
-        r = json.loads(path.read_text())
-        knobs = f"failure {r['step_failure']:g}, agreement {r['lookalike_agreement']:g}, note {r['step_note']}, echo {r['step_echo']}"
-        rows.append([f"`{path.stem}`", f"`{r['model']}`", knobs, f"{100 * r['success']:.1f} %", f"{100 * r['oracle_read']:.1f} %",
-                     f"{100 * r['share_median_short']:.2f} % -> {100 * r['share_median_long']:.2f} % ({r['dilution']:.1f}x)",
-                     f"{100 * r['gshare_median_short']:.2f} % -> {100 * r['gshare_median_long']:.2f} % ({r['grad_dilution']:.1f}x)",
-                     f"{100 * r['sign_wrong_short']:.1f} % -> {100 * r['sign_wrong_long']:.1f} %",
-                     _pp(100 * r["value"], 100 * r["value_lo"], 100 * r["value_hi"])])
-    return _markdown(["probe", "warm start", "knobs", "success", "oracle-read", "Share, H = 1 -> 8",
-                      "Gradient Share, H = 1 -> 8", "wrong-signed reads", "Value pp [95 % CI]"], rows, "lllrrrrrr")
-
-
 def verdict(figures_dir: Path, data_dir: Path) -> str:
     """The README's verdict, at most 8 lines, every number read from ``figures/`` and ``data/runs/diagnosis/``."""
+    from skillgate_lib.gradient_report import note_regime_sentence
+
     diffs = pd.read_csv(figures_dir / "fig6_test_intervals.csv").set_index("baseline").loc["outcome"]
     dose = pd.read_csv(figures_dir / "fig5_dose_response.csv")
     f30 = pd.read_csv(data_dir / "runs" / "diagnosis" / "paper_echo_f30" / "summary.csv", dtype=str).set_index("condition")
@@ -332,30 +279,19 @@ def verdict(figures_dir: Path, data_dir: Path) -> str:
                      f"it succeeds more in {above} of the {len(success)} regimes compared")
     return (f"**The paper's headline table is not reproduced at kit scale.** In the `paper` regime, where the audit\n"
             f"finds the selector starved, SkillGate reads the right skill more often than outcome-only GRPO (oracle-read\n"
-            f"{_pp(diffs['oracle_read'], diffs['oracle_read_lo'], diffs['oracle_read_hi'])} pp on the test set, "
-            f"{int(diffs['seeds'])} paired seeds) but succeeds less ({_pp(diffs['success'], diffs['success_lo'], diffs['success_hi'])} pp);\n"
+            f"{interval_pp(diffs['oracle_read'], diffs['oracle_read_lo'], diffs['oracle_read_hi'])} pp on the test set, "
+            f"{int(diffs['seeds'])} paired seeds) but succeeds less ({interval_pp(diffs['success'], diffs['success_lo'], diffs['success_hi'])} pp);\n"
             f"{success_claim}. Where the audit shows\n"
             f"Share, Sign and Value at the paper's order (`paper_echo_f30`), outcome-only GRPO learns the choice anyway\n"
             f"(oracle-read {leading_number(f30.loc['outcome', 'test/oracle_read']):.1f} % on the test set; "
             f"SkillGate {leading_number(f30.loc['skillgate', 'test/oracle_read']):.1f} %, reached sooner).\n"
-            + _note_sentence(data_dir))
-
-
-def _note_sentence(data_dir: Path) -> str:
-    """The verdict's line on the note regime, from its committed audit run (held-out oracle-read, Gradient Share)."""
-    from skillgate_lib import logs
-    from skillgate_lib.audit import run_audit
-
-    run = data_dir / "runs" / "audit" / "paper_note8-outcome"
-    ev = logs.read_metrics(run).query("split == 'eval'").sort_values("step")
-    g = run_audit(run, split="train", n_boot=1000, seed=0).bins["gshare_median"].iloc[-1]
-    return (f"Where the name holds {100 * g:.2f} % of the logit-gradient mass at H = 8 (`paper_note8`), outcome-only GRPO still\n"
-            f"learns it (held-out oracle-read {100 * ev['eval/oracle_read'].iloc[0]:.0f} % -> "
-            f"{100 * ev['eval/oracle_read'].iloc[-1]:.0f} % in {int(ev['step'].iloc[-1])} steps); how much starvation slows it is open.\n")
+            + note_regime_sentence(data_dir))
 
 
 def generated_blocks(figures_dir: Path = paths.FIGURES_DIR, data_dir: Path = paths.DATA_DIR) -> dict:
     """Every generated block by name: a function of no argument that returns its Markdown."""
+    from skillgate_lib import gradient_report
+
     diagnosis = data_dir / "runs" / "diagnosis"
     return {
         "verdict": lambda: verdict(figures_dir, data_dir),
@@ -363,9 +299,9 @@ def generated_blocks(figures_dir: Path = paths.FIGURES_DIR, data_dir: Path = pat
         "quick_table": lambda: (figures_dir / "results_table_quick.md").read_text(),
         "dose_response": lambda: dose_response_table(figures_dir),
         "starvation_against_gain": lambda: starvation_against_gain(figures_dir, data_dir),
-        "gradient_share": lambda: gradient_share_table(data_dir),
-        "gradient_proxy": lambda: gradient_proxy_table(data_dir),
-        "probes": lambda: probes_table(data_dir),
+        "gradient_share": lambda: gradient_report.gradient_share_table(data_dir),
+        "gradient_proxy": lambda: gradient_report.gradient_proxy_table(data_dir),
+        "probes": lambda: gradient_report.probes_table(data_dir),
         "diagnosis_paper": lambda: diagnosis_table(diagnosis / "summary.csv", DIAGNOSIS_CONDITIONS),
         **{f"diagnosis_{d.replace('-', '_')}": (lambda d=d: diagnosis_table(diagnosis / d / "summary.csv"))
            for d in ("read-stop", *DIAGNOSED)},
