@@ -16,6 +16,7 @@ COMMANDS = {
     "evaluate": ("skillgate_lib.evaluate", "held-out metrics of a model or a trained adapter"),
     "compare": ("skillgate_lib.compare", "every method x seeds, same budget"),
     "study": ("skillgate_lib.study", "the powered comparison: equal search on validation, seeds, the test set"),
+    "speed": ("skillgate_lib.speed", "the rate study: how fast each arm learns the choice, by regime and optimizer"),
     "probe": ("skillgate_lib.regimes", "audit the warm start's outcome-only rollouts in a regime, before training"),
     "audit": ("skillgate_lib.audit", "Share / Sign / Value by horizon for any run's logs"),
 }

@@ -32,7 +32,7 @@ import torch
 from tqdm.auto import tqdm
 
 from skillgate_lib import credit as credit_lib
-from skillgate_lib import devices, logs, methods, paths, regimes, tracking
+from skillgate_lib import devices, logs, methods, optimizers, paths, regimes, tracking
 from skillgate_lib.batching import pack, response_logprobs
 from skillgate_lib.cli import add_fields, from_args
 from skillgate_lib.env import READ_CLOSE, READ_OPEN, SkillSlateEnv, display_name, token_spans
@@ -64,7 +64,9 @@ class TrainConfig:
     group_size: int = 8
     """Rollouts per prompt (G)."""
     lr: float = 5e-3
-    """AdamW learning rate of the LoRA weights."""
+    """Learning rate (step size) of the LoRA weights' optimizer."""
+    optimizer: str = "adamw"
+    """Optimizer of the LoRA weights: adamw (the recipe), sgd, or nsgd (a step of length lr along the whole gradient)."""
     lora_rank: int = 8
     """LoRA rank r."""
     lora_alpha: float = 16.0
@@ -147,6 +149,8 @@ class TrainConfig:
                      "length_buckets"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.optimizer not in optimizers.OPTIMIZERS:
+            raise ValueError(f"optimizer: unknown {self.optimizer!r}; choose one of {', '.join(optimizers.OPTIMIZERS)}")
         if self.eval_split not in ("val", "eval"):
             raise ValueError(f"eval_split must be 'val' or 'eval' (the test set is for reported numbers only), got {self.eval_split!r}")
         if self.max_draws < 1:
@@ -179,7 +183,7 @@ class Trainable(NamedTuple):
     params: list[torch.nn.Parameter]
     """The trainable (LoRA) parameters."""
     opt: torch.optim.Optimizer
-    """AdamW over ``params`` (no weight decay)."""
+    """The run's optimizer over ``params`` (:mod:`skillgate_lib.optimizers`; AdamW by default, no weight decay)."""
     ccfg: credit_lib.CreditConfig
     """The credit settings of the run."""
     skill_values: credit_lib.SkillValues | None
@@ -187,13 +191,13 @@ class Trainable(NamedTuple):
 
 
 def setup_training(base, cfg: TrainConfig) -> Trainable:
-    """LoRA on ``base`` (its init seeded from ``cfg.seed``), AdamW, credit settings and skill values of a run.
+    """LoRA on ``base`` (its init seeded from ``cfg.seed``), its optimizer, credit settings and skill values of a run.
 
     The one set-up :func:`train` and the GRPO-step benchmark share, so a benchmarked step is the trained one.
     """
     model = _lora(base, cfg)
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
+    opt = optimizers.build(cfg.optimizer, params, cfg.lr)
     ccfg = credit_lib.CreditConfig(selector_coef=cfg.selector_coef, shaping_bonus=cfg.shaping_bonus,
                                    scale_rewards=cfg.scale_rewards, filter_groups=cfg.filter_groups)
     skill_values = credit_lib.SkillValues() if methods.get(cfg.method).needs_skill_values else None
@@ -252,7 +256,7 @@ _RESUMABLE = {"threads", "length_buckets", "run_dir", "steps", "report_to", "dev
 #: the environment now called ``easy``), so it never resumes under another protocol.
 _BEFORE_FIELD = {"eval_split": "eval", "filter_groups": False, "max_draws": 1, "regime": "easy", "lookalike_agreement": 0.0,
                  "horizons": list(range(1, 9)), "method": None, "step_echo": 0,
-                 "step_note": 0}
+                 "step_note": 0, "optimizer": "adamw"}
 
 
 def check_resume_config(run_dir: Path, cfg: TrainConfig) -> None:

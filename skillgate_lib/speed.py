@@ -1,0 +1,311 @@
+"""The rate study: how fast each arm learns the choice, per regime and optimizer, at its own best step size.
+
+Starvation, in the theory, is a *ratio of selector signals*, so what it predicts is a rate:
+how much faster SkillGate learns which skill to read than outcome-only GRPO. This module
+fixes the measure and the protocol before the runs and runs them (reading them back is
+:mod:`skillgate_lib.speed_report`).
+
+**The measure** (:func:`run_speed`). Every run evaluates on ``eval_tasks`` (256) validation
+instances every ``eval_every`` (5) steps and logs the on-policy oracle-read rate of its
+training rollouts every step.
+
+* primary: the least-squares slope of logit(validation oracle-read) over steps 0-25 (per step;
+  a rate of 0 or 1 is clipped to half an instance from the edge before the logit);
+* secondary: the step at which validation oracle-read first closes half of its step-0 gap to 1
+  (linear between evaluations; censored at the last evaluation when never), and the slope of
+  logit(on-policy oracle-read) over training steps 1-25.
+
+**The protocol** (:class:`SpeedPlan`, written to ``<out>/plan.json`` before the first run;
+a resumed study with another plan is refused):
+
+1. *Search.* Each arm trains every value of the step-size grid (AdamW: learning rate; SGD:
+   learning rate; normalised SGD: step length) on the search seeds.
+2. *Selection.* Per arm, the value with the highest mean primary measure over the search
+   seeds. A choice at an edge of the grid extends the grid one value beyond that edge (the
+   grid's ratio) and repeats, up to ``max_extensions`` times per arm; ``selection.json``
+   records every value's score and each extension.
+3. *Seeds.* The chosen value on further seeds, to ``seeds`` per arm (the search seeds count).
+4. *Test.* Every run at its chosen value, and the warm start once, on ``test_tasks`` test
+   instances (``test.json``), for the record; nothing is selected on it.
+
+Both arms get the same grid, budget, seeds and protocol (dynamic sampling, KL, 4 x 8 rollouts
+a step); SkillGate's lambda is the reference's 0.2.
+
+Command line::
+
+    python -m skillgate_lib speed --regime paper_note8 --dry-run                 # the plan and its wall time
+    python -m skillgate_lib speed --regime paper_note8                           # run or resume it
+    python -m skillgate_lib speed --regime paper_echo_f30 --optimizer nsgd       # the optimizer control
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import logs, paths, regimes
+from .train import TrainConfig
+
+#: The warm start each regime of the study trains from (the RL warm start its probe audited).
+MODELS = {"easy": "tiny", "paper": "tiny", "paper_echo_f30": "tiny-echo-one", "paper_note4": "tiny-note4",
+          "paper_note8": "tiny-note8"}
+
+#: The step-size grid each optimizer starts from (extended at an edge, see the module docstring).
+#: AdamW: the kit's studies chose the lowest of {5e-3, 1e-2} at 100 steps, so the grid reaches
+#: below; plain SGD diverged at 30 and was slow at 10 in a pilot; normalised SGD's step length
+#: 0.06 and 0.18 both learnt in that pilot.
+GRIDS = {"adamw": (1e-3, 3e-3, 1e-2), "sgd": (3.0, 10.0, 30.0), "nsgd": (0.06, 0.18, 0.54)}
+
+#: Steps the primary measure spans (evaluations at 0, 5, ..., 25).
+SLOPE_STEPS = 25
+
+
+@dataclass(frozen=True)
+class SpeedPlan:
+    """One regime x optimizer of the rate study (module docstring); its JSON is ``<out>/plan.json``."""
+
+    regime: str
+    model: str
+    optimizer: str = "adamw"
+    grid: tuple[float, ...] = GRIDS["adamw"]
+    methods: tuple[str, ...] = ("outcome", "skillgate")
+    search_seeds: tuple[int, ...] = (0, 1)
+    seeds: int = 8
+    steps: int = 30
+    max_extensions: int = 2
+    test_tasks: int = 512
+    measure: str = f"slope of logit(val oracle-read) over steps 0-{SLOPE_STEPS}"
+    settings: dict = field(default_factory=lambda: {
+        "prompts_per_step": 4, "group_size": 8, "selector_coef": 0.2, "eval_every": 5, "eval_tasks": 256,
+        "eval_split": "val", "log_train_every": 10, "checkpoint_every": 10})
+
+    @property
+    def name(self) -> str:
+        return self.regime if self.optimizer == "adamw" else f"{self.regime}-{self.optimizer}"
+
+    def to_json(self) -> dict:
+        return json.loads(json.dumps(asdict(self)))
+
+    def config(self, method: str, lr: float, seed: int, out_dir: Path, threads: int, device: str = "cpu") -> TrainConfig:
+        return TrainConfig(method=method, seed=seed, steps=self.steps, regime=self.regime, model=self.model, lr=lr,
+                           optimizer=self.optimizer, threads=threads, device=device,
+                           run_dir=str(out_dir / run_name(method, lr, seed)), **self.settings)
+
+
+def plan_for(regime: str, optimizer: str = "adamw", seeds: int = 8) -> SpeedPlan:
+    """The study of ``regime`` (a key of :data:`MODELS`) under ``optimizer`` (a key of :data:`GRIDS`)."""
+    if regime not in MODELS:
+        raise ValueError(f"regime: the rate study has no warm start for {regime!r}; choose one of {', '.join(MODELS)}")
+    if optimizer not in GRIDS:
+        raise ValueError(f"optimizer: choose one of {', '.join(GRIDS)}, got {optimizer!r}")
+    regimes.get(regime)
+    return SpeedPlan(regime, MODELS[regime], optimizer, GRIDS[optimizer], seeds=seeds)
+
+
+def run_name(method: str, lr: float, seed: int) -> str:
+    return f"{method}-lr{lr:g}-seed{seed}"
+
+
+# --------------------------------------------------------------------------- the measure
+
+def _logit(p: np.ndarray, n: int) -> np.ndarray:
+    p = np.clip(np.asarray(p, dtype=float), 0.5 / n, 1 - 0.5 / n)
+    return np.log(p / (1 - p))
+
+
+def _slope(x, y) -> float:
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if len(x) < 2:
+        return float("nan")
+    return float(np.polyfit(x, y, 1)[0])
+
+
+def half_gap_step(steps, rates) -> float:
+    """The first step at which ``rates`` closes half of its first value's gap to 1 (linear between points);
+    ``inf`` when it never does."""
+    steps, rates = np.asarray(steps, dtype=float), np.asarray(rates, dtype=float)
+    target = rates[0] + (1 - rates[0]) / 2
+    for i in range(1, len(rates)):
+        if rates[i] >= target:
+            a, b = rates[i - 1], rates[i]
+            return float(steps[i - 1] + (steps[i] - steps[i - 1]) * ((target - a) / (b - a) if b > a else 1.0))
+    return float("inf")
+
+
+def speed_measures(run_dir: str | Path, upto: int = SLOPE_STEPS) -> dict:
+    """The rate study's measures of one run, from its ``metrics.jsonl`` (module docstring)."""
+    run_dir = Path(run_dir)
+    cfg = logs.read_config(run_dir)
+    m = logs.read_metrics(run_dir)
+    ev = m[m["split"] == "eval"].sort_values("step")
+    tr = m[m["split"] == "train"].sort_values("step")
+    if ev.empty or ev["step"].iloc[0] != 0:
+        raise ValueError(f"{run_dir}/metrics.jsonl: no step-0 evaluation; the rate study needs one (eval_every divides 0)")
+    n_eval = int(cfg["eval_tasks"])
+    early = ev[ev["step"] <= upto]
+    on = tr[tr["step"] <= upto]
+    n_train = int(cfg["prompts_per_step"]) * int(cfg["group_size"])
+    return {
+        "slope_val": _slope(early["step"], _logit(early["eval/oracle_read"], n_eval)),
+        "slope_onpolicy": _slope(on["step"], _logit(on["train/oracle_read"], n_train)),
+        "half_gap_step": half_gap_step(ev["step"], ev["eval/oracle_read"]),
+        "val_oracle_read_0": float(ev["eval/oracle_read"].iloc[0]),
+        f"val_oracle_read_{upto}": float(early["eval/oracle_read"].iloc[-1]),
+        "val_oracle_read_final": float(ev["eval/oracle_read"].iloc[-1]),
+        "val_success_final": float(ev["eval/success"].iloc[-1]),
+        "steps_done": int(tr["step"].max()) if not tr.empty else 0,
+    }
+
+
+# --------------------------------------------------------------------------- running
+
+def _check_plan(plan: SpeedPlan, out_dir: Path) -> None:
+    path = out_dir / "plan.json"
+    if path.exists():
+        old = json.loads(path.read_text())
+        if old != plan.to_json():
+            diff = sorted(k for k in {*old, *plan.to_json()} if old.get(k) != plan.to_json().get(k))
+            raise ValueError(f"{path}: the study was started with another plan (fields {', '.join(diff)} differ); "
+                             "a plan is fixed before its runs: choose another --out-dir")
+        return
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(plan.to_json(), indent=1) + "\n")
+
+
+def _score(plan: SpeedPlan, out_dir: Path, method: str, lr: float) -> float:
+    return float(np.mean([speed_measures(out_dir / run_name(method, lr, s))["slope_val"] for s in plan.search_seeds]))
+
+
+def _extend(values: list[float], best: float) -> float | None:
+    """The next value beyond the edge ``best`` sits on (the grid's end ratio), or None when ``best`` is interior."""
+    values = sorted(values)
+    if best == values[-1]:
+        return values[-1] * values[-1] / values[-2]
+    if best == values[0]:
+        return values[0] * values[0] / values[1]
+    return None
+
+
+def run_speed(plan: SpeedPlan, out_dir: str | Path, workers: int = 2, progress: bool = True, device: str = "cpu",
+              together: int = 8) -> dict:
+    """Run (or resume) ``plan`` under ``out_dir`` (module docstring); returns the selection."""
+    from .compare import _run_all
+    from .study import _test_all
+
+    out_dir = Path(out_dir)
+    _check_plan(plan, out_dir)
+    threads = max(1, (os.cpu_count() or 2) // workers)
+    grids = {m: list(plan.grid) for m in plan.methods}
+    extensions = {m: [] for m in plan.methods}
+    while True:
+        configs = [plan.config(m, v, s, out_dir, threads, device) for m in plan.methods for v in grids[m]
+                   for s in plan.search_seeds]
+        _run_all(configs, workers, False, progress, f"{plan.name}: search", together)
+        grew = False
+        for m in plan.methods:
+            scores = {v: _score(plan, out_dir, m, v) for v in grids[m]}
+            best = max(grids[m], key=lambda v: (scores[v], -v))
+            nxt = _extend(grids[m], best)
+            if nxt is not None and len(extensions[m]) < plan.max_extensions:
+                grids[m].append(float(f"{nxt:.3g}"))
+                extensions[m].append(float(f"{nxt:.3g}"))
+                grew = True
+        if not grew:
+            break
+    chosen = {}
+    for m in plan.methods:
+        scores = {v: _score(plan, out_dir, m, v) for v in sorted(grids[m])}
+        best = max(scores, key=lambda v: (scores[v], -v))
+        chosen[m] = {"knob": "lr", "value": best, "slope_val": {f"{v:g}": scores[v] for v in scores},
+                     "extended": extensions[m], "at_edge": _extend(list(scores), best) is not None}
+    (out_dir / "selection.json").write_text(json.dumps(chosen, indent=1) + "\n")
+    first = max(plan.search_seeds) + 1
+    further = list(range(first, first + plan.seeds - len(plan.search_seeds)))
+    more = [plan.config(m, chosen[m]["value"], s, out_dir, threads, device) for m in plan.methods for s in further]
+    _run_all(more, workers, False, progress, f"{plan.name}: seeds", together)
+    seeds = [*plan.search_seeds, *further]
+    jobs = [(str(out_dir / run_name(m, chosen[m]["value"], s)), plan.regime, plan.test_tasks, None, threads, device)
+            for m in plan.methods for s in seeds]
+    jobs.append((str(out_dir / "warmstart"), plan.regime, plan.test_tasks, plan.model, threads, device))
+    _test_all(jobs, workers, progress)
+    return chosen
+
+
+#: What a run of the study keeps in the repository (no checkpoints, adapters or trajectory tables).
+KEPT = ("config.json", "metrics.jsonl", "test.json")
+
+
+def export(study_dir: str | Path, dest: str | Path) -> int:
+    """Copy a study's ``plan.json``, ``selection.json`` and each run's :data:`KEPT` files to ``dest``; returns the
+    files copied. Files already in ``dest`` are replaced only by a run's newer copy (the same path)."""
+    import shutil
+
+    study_dir, dest = Path(study_dir), Path(dest)
+    n = 0
+    for src in sorted(study_dir.glob("*.json")) + sorted(p for d in study_dir.iterdir() if d.is_dir()
+                                                        for p in d.iterdir() if p.name in KEPT):
+        target = dest / src.relative_to(study_dir)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, target)
+        n += 1
+    return n
+
+
+def estimate_minutes(plan: SpeedPlan, workers: int, step_s: float, eval_s: float) -> float:
+    """Wall time without extensions: ``step_s`` a GRPO step and ``eval_s`` an evaluation of 256 instances, one
+    thread each, ``workers`` at once."""
+    s = plan.settings
+    evals = (plan.steps // s["eval_every"] + 1) * eval_s * s["eval_tasks"] / 256
+    runs = len(plan.methods) * (len(plan.grid) * len(plan.search_seeds) + plan.seeds - len(plan.search_seeds))
+    tests = (len(plan.methods) * plan.seeds + 1) * eval_s * plan.test_tasks / 256
+    return (runs * (plan.steps * step_s + evals + 5) + tests) / workers / 60
+
+
+#: Seconds a step and an evaluation of 256 instances take on this kind of machine (one thread, two jobs at once).
+TIMINGS = {"easy": (1.0, 6.0), "paper": (1.0, 6.0), "paper_note4": (1.1, 7.0), "paper_note8": (1.3, 8.0),
+           "paper_echo_f30": (2.6, 20.0)}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m skillgate_lib speed", description=__doc__.splitlines()[0])
+    p.add_argument("--regime", required=True, choices=list(MODELS), help="the regime (its warm start is fixed)")
+    p.add_argument("--optimizer", default="adamw", choices=list(GRIDS), help="adamw (default), sgd or nsgd")
+    p.add_argument("--seeds", type=int, default=8, help="seeds per arm at the choice (default: 8)")
+    p.add_argument("--out-dir", type=Path, help="default: build/runs/speed/<regime>[-<optimizer>]")
+    p.add_argument("--workers", type=int, default=2, help="processes at once (the cores are split among them)")
+    p.add_argument("--together", type=int, default=8, help="runs trained together in one process (default: 8)")
+    p.add_argument("--device", default="cpu", help="auto, cpu (default) or cuda")
+    p.add_argument("--dry-run", action="store_true", help="print the plan and its estimated wall time, run nothing")
+    p.add_argument("--export", type=Path, metavar="DIR",
+                   help="after the study, copy its plan, selection and each run's config, metrics and test record to DIR")
+    return p
+
+
+def speed_main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    plan = plan_for(args.regime, args.optimizer, args.seeds)
+    out = args.out_dir or paths.BUILD_DIR / "runs" / "speed" / plan.name
+    step_s, eval_s = TIMINGS[plan.regime]
+    print(f"rate study {plan.name!r}: {' vs '.join(plan.methods)} from {plan.model}, {plan.optimizer} step sizes "
+          f"{list(plan.grid)} on seeds {list(plan.search_seeds)}, then {plan.seeds} seeds at the choice; "
+          f"{plan.steps} steps -> {out}")
+    print(f"estimated wall time: {estimate_minutes(plan, args.workers, step_s, eval_s):.0f} min with {args.workers} "
+          "workers, before any grid extension (finished runs are skipped on resume)", flush=True)
+    if args.dry_run:
+        return 0
+    t0 = time.perf_counter()
+    chosen = run_speed(plan, out, args.workers, device=args.device, together=args.together)
+    print(json.dumps(chosen, indent=1))
+    if args.export:
+        print(f"exported {export(out, args.export)} files to {args.export}")
+    print(f"wall time {(time.perf_counter() - t0) / 60:.1f} min")
+    return 0
+
+
+main = speed_main
