@@ -1,0 +1,208 @@
+"""Reading the rate study back: each run's speed, the speed ratio per regime and optimizer, and what predicts it.
+
+The study and its measure are :mod:`skillgate_lib.speed`. This module reads the committed
+studies under ``data/runs/speed/<regime>[-<optimizer>]/`` and computes, fixed before the runs:
+
+* per study, the two arms at their chosen step sizes, paired by seed: each arm's mean slope
+  (Student-t interval over seeds), the observed speed ratio SkillGate / outcome-only (ratio of
+  the mean slopes, BCa bootstrap over the seed pairs) and the paired slope difference
+  (t-interval);
+* the theory's predicted ratio (:func:`skillgate_lib.theory.predicted_signal_ratio`) from the
+  regime's probe of its warm start (``data/runs/diagnosis/probes/*.json``) with three doses:
+  the loss-weight Share, the Gradient Share (logit-gradient norms), and, where measured, the
+  name's share of the summed parameter gradient (``data/runs/diagnosis/gradient_proxy``);
+* per predictor, over the studies: the least-squares slope of log observed on log predicted,
+  the Spearman rank correlation, and the residuals (log observed - log predicted).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from . import logs, paths
+from .audit.stats import t_interval
+from .speed import run_name, speed_measures
+
+#: Where the committed rate studies live.
+SPEED_DIR = paths.DATA_DIR / "runs" / "speed"
+#: The doses a predicted ratio is computed from: column of the rate table -> label.
+PREDICTORS = {"pred_share": "loss-weight Share", "pred_gshare": "Gradient Share",
+              "pred_summed": "summed-gradient share"}
+
+
+def studies(root: str | Path = SPEED_DIR) -> list[Path]:
+    """The study directories under ``root`` (those holding a ``plan.json``), sorted by name."""
+    return sorted(p.parent for p in Path(root).glob("*/plan.json"))
+
+
+def _plan(study_dir: Path) -> dict:
+    return json.loads((study_dir / "plan.json").read_text())
+
+
+def run_table(study_dir: str | Path) -> pd.DataFrame:
+    """One row per run of a study: method, lr, seed, whether it is at the arm's choice, its speed measures
+    (:func:`skillgate_lib.speed.speed_measures`) and its test record where it has one."""
+    study_dir = Path(study_dir)
+    plan = _plan(study_dir)
+    sel_path = study_dir / "selection.json"
+    chosen = json.loads(sel_path.read_text()) if sel_path.exists() else {}
+    rows = []
+    for cfg_path in sorted(study_dir.glob("*/config.json")):
+        cfg = json.loads(cfg_path.read_text())
+        run = cfg_path.parent
+        if run.name != run_name(cfg["method"], cfg["lr"], cfg["seed"]):
+            continue
+        row = {"study": study_dir.name, "regime": plan["regime"], "model": plan["model"], "optimizer": plan["optimizer"],
+               "method": cfg["method"], "lr": float(cfg["lr"]), "seed": int(cfg["seed"]),
+               "chosen": cfg["method"] in chosen and float(chosen[cfg["method"]]["value"]) == float(cfg["lr"]),
+               **speed_measures(run)}
+        if (run / "test.json").exists():
+            test = json.loads((run / "test.json").read_text())
+            row.update(test_success=test["test/success"], test_oracle_read=test["test/oracle_read"])
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def all_runs(root: str | Path = SPEED_DIR) -> pd.DataFrame:
+    """:func:`run_table` of every study under ``root``."""
+    tables = [run_table(s) for s in studies(root)]
+    return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
+
+
+def ratio_interval(num: np.ndarray, den: np.ndarray, seed: int = 0, n_boot: int = 4000) -> tuple[float, float, float]:
+    """mean(num) / mean(den) over seed pairs and its BCa bootstrap interval (pairs resampled together);
+    nan bounds for fewer than three pairs or a denominator whose resamples reach 0."""
+    from scipy import stats
+
+    num, den = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
+    ratio = float(num.mean() / den.mean()) if den.mean() != 0 else math.nan
+    if len(num) < 3 or not np.isfinite(ratio):
+        return ratio, math.nan, math.nan
+    res = stats.bootstrap((num, den), lambda a, b, axis=-1: a.mean(axis=axis) / b.mean(axis=axis), paired=True,
+                          vectorized=True, n_resamples=n_boot, method="BCa", random_state=np.random.default_rng(seed))
+    lo, hi = res.confidence_interval
+    return ratio, float(lo), float(hi)
+
+
+def _probes(root: Path) -> dict[tuple[str, str], dict]:
+    out = {}
+    for p in sorted(root.glob("*.json")):
+        d = json.loads(p.read_text())
+        out.setdefault((d["regime"], d["model"]), d)
+    return out
+
+
+def _summed_shares(path: Path) -> dict[tuple[str, str], float]:
+    if not path.exists():
+        return {}
+    t = pd.read_csv(path)
+    return {(r.regime, r.model): float(r.median_share_summed) for r in t.itertuples()}
+
+
+def rate_table(runs: pd.DataFrame, probes_dir: str | Path = paths.DATA_DIR / "runs" / "diagnosis" / "probes",
+               proxy_csv: str | Path = paths.DATA_DIR / "runs" / "diagnosis" / "gradient_proxy" / "summary.csv",
+               selector_coef: float = 0.2) -> pd.DataFrame:
+    """One row per study: both arms at their choice, paired by seed, and the predicted ratios (module docstring)."""
+    from .theory import predicted_signal_ratio
+
+    probes, summed = _probes(Path(probes_dir)), _summed_shares(Path(proxy_csv))
+    rows = []
+    for study, g in runs[runs["chosen"]].groupby("study", sort=True):
+        arms = {m: g[g["method"] == m].set_index("seed") for m in ("outcome", "skillgate")}
+        seeds = sorted(set(arms["outcome"].index) & set(arms["skillgate"].index))
+        if len(seeds) < 2:
+            continue
+        o, s = arms["outcome"].loc[seeds], arms["skillgate"].loc[seeds]
+        regime, optimizer, model = g["regime"].iloc[0], g["optimizer"].iloc[0], g["model"].iloc[0]
+        row = {"study": study, "regime": regime, "optimizer": optimizer, "seeds": len(seeds),
+               "lr_outcome": o["lr"].iloc[0], "lr_skillgate": s["lr"].iloc[0]}
+        for name, arm in (("outcome", o), ("skillgate", s)):
+            row[f"slope_{name}"], row[f"slope_{name}_lo"], row[f"slope_{name}_hi"] = t_interval(arm["slope_val"])
+            row[f"half_gap_{name}"] = float(np.median(arm["half_gap_step"]))
+            row[f"final_oracle_{name}"] = float(arm["val_oracle_read_final"].mean())
+            row[f"success_{name}"] = float(arm["val_success_final"].mean())
+        row["ratio"], row["ratio_lo"], row["ratio_hi"] = ratio_interval(s["slope_val"].to_numpy(), o["slope_val"].to_numpy())
+        row["diff"], row["diff_lo"], row["diff_hi"] = t_interval(s["slope_val"].to_numpy() - o["slope_val"].to_numpy())
+        row["ratio_onpolicy"] = float(s["slope_onpolicy"].mean() / o["slope_onpolicy"].mean())
+        probe = probes.get((regime, model), {})
+        row["pred_share"] = probe.get("ratio_share", math.nan)
+        row["pred_gshare"] = probe.get("ratio_gshare", math.nan)
+        share = summed.get((regime, model))
+        row["pred_summed"] = (float(predicted_signal_ratio(probe["value"], share, selector_coef))
+                              if share is not None and "value" in probe else math.nan)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def predictor_fit(table: pd.DataFrame) -> pd.DataFrame:
+    """Per predictor (:data:`PREDICTORS`): over the studies with a positive observed ratio and a prediction, the
+    log-log least-squares slope, the Spearman rank correlation and the mean and largest absolute residual
+    (natural log of observed / predicted)."""
+    from scipy import stats
+
+    rows = []
+    for col, label in PREDICTORS.items():
+        t = table[(table["ratio"] > 0) & table[col].notna() & (table[col] > 0)]
+        if len(t) < 2:
+            rows.append({"predictor": label, "studies": len(t)})
+            continue
+        x, y = np.log(t[col].to_numpy()), np.log(t["ratio"].to_numpy())
+        slope = float(np.polyfit(x, y, 1)[0]) if np.ptp(x) > 0 else math.nan
+        rho = float(stats.spearmanr(x, y).statistic) if len(t) >= 3 else math.nan
+        resid = y - x
+        rows.append({"predictor": label, "studies": len(t), "loglog_slope": slope, "spearman": rho,
+                     "mean_residual": float(resid.mean()), "max_abs_residual": float(np.abs(resid).max())})
+    return pd.DataFrame(rows)
+
+
+def rate_figure(table: pd.DataFrame, path: str | Path | None = None):
+    """Observed speed ratio against each predicted ratio (log-log, identity line), one panel per predictor."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(PREDICTORS), figsize=(4.2 * len(PREDICTORS), 3.8), sharey=True)
+    markers = {"adamw": "o", "nsgd": "s", "sgd": "^"}
+    for ax, (col, label) in zip(axes, PREDICTORS.items()):
+        t = table[table[col].notna() & (table["ratio"] > 0)]
+        for opt, g in t.groupby("optimizer"):
+            lo = (g["ratio"] - g["ratio_lo"]).clip(lower=0).fillna(0)
+            hi = (g["ratio_hi"] - g["ratio"]).clip(lower=0).fillna(0)
+            ax.errorbar(g[col], g["ratio"], yerr=[lo, hi], fmt=markers.get(opt, "o"), capsize=3, label=opt)
+            for r in g.itertuples():
+                ax.annotate(r.regime, (getattr(r, col), r.ratio), fontsize=7, xytext=(4, 3), textcoords="offset points")
+        vals = pd.concat([t[col], t["ratio"], t["ratio_lo"].dropna(), t["ratio_hi"].dropna()])
+        vals = vals[vals > 0]
+        if len(vals):
+            lim = (float(vals.min()) / 1.5, float(vals.max()) * 1.5)
+            ax.plot(lim, lim, color="grey", lw=1, ls="--", label="identity")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(f"predicted ratio from {label}")
+        ax.set_title(label)
+    axes[0].set_ylabel("observed speed ratio\nSkillGate / outcome-only")
+    axes[0].legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=150, bbox_inches="tight", metadata={"Software": None} if str(path).endswith(".png") else None)
+    return fig
+
+
+def curves(root: str | Path = SPEED_DIR) -> pd.DataFrame:
+    """Validation oracle-read by step of every run at its arm's choice (for the speed curves)."""
+    rows = []
+    for study_dir in studies(root):
+        sel_path = study_dir / "selection.json"
+        if not sel_path.exists():
+            continue
+        chosen = json.loads(sel_path.read_text())
+        for method, c in chosen.items():
+            for run in sorted(study_dir.glob(f"{method}-lr{float(c['value']):g}-seed*")):
+                ev = logs.read_metrics(run).query("split == 'eval'")
+                rows += [{"study": study_dir.name, "method": method, "seed": int(run.name.rsplit("seed", 1)[1]),
+                          "step": int(step), "oracle_read": float(rate)}
+                         for step, rate in zip(ev["step"], ev["eval/oracle_read"])]
+    return pd.DataFrame(rows)

@@ -1,0 +1,145 @@
+"""The rate study: its measure, its search's edge rule, the optimizers, and a small study end to end."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from skillgate_lib import optimizers, speed, speed_report
+from skillgate_lib.train import TrainConfig
+
+
+def _write_run(run_dir, oracle_by_step, train_by_step, method="outcome", lr=1e-3, seed=0, eval_tasks=256):
+    run_dir.mkdir(parents=True)
+    cfg = {"method": method, "lr": lr, "seed": seed, "eval_tasks": eval_tasks, "prompts_per_step": 4, "group_size": 8}
+    (run_dir / "config.json").write_text(json.dumps(cfg))
+    rows = [{"split": "eval", "step": s, "eval/oracle_read": p, "eval/success": 0.2} for s, p in oracle_by_step.items()]
+    rows += [{"split": "train", "step": s, "train/oracle_read": p} for s, p in train_by_step.items()]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _sigmoid(x):
+    return 1 / (1 + math.exp(-x))
+
+
+def test_primary_measure_is_the_logit_slope(tmp_path):
+    # oracle-read on a logistic curve with slope 0.1 a step: the measure returns 0.1 (steps past 25 ignored)
+    evals = {s: _sigmoid(-0.5 + 0.1 * s) for s in range(0, 31, 5)}
+    evals[30] = 0.01  # after the window: must not move the slope
+    train = {s: _sigmoid(0.2 + 0.05 * s) for s in range(1, 31)}
+    _write_run(tmp_path / "run", evals, train)
+    m = speed.speed_measures(tmp_path / "run")
+    assert m["slope_val"] == pytest.approx(0.1, rel=1e-9)
+    assert m["slope_onpolicy"] == pytest.approx(0.05, rel=1e-9)
+    assert m["val_oracle_read_final"] == 0.01
+    # half the gap from sigmoid(-0.5) = 0.3775 to 1 is 0.689, crossed between steps 10 and 15
+    assert 10 < m["half_gap_step"] < 15
+
+
+def test_rates_of_zero_and_one_stay_finite(tmp_path):
+    _write_run(tmp_path / "run", {0: 0.0, 5: 0.5, 10: 1.0}, {1: 0.0, 2: 1.0})
+    m = speed.speed_measures(tmp_path / "run")
+    assert np.isfinite(m["slope_val"]) and m["slope_val"] > 0
+    assert np.isfinite(m["slope_onpolicy"])
+
+
+def test_half_gap_step_by_hand():
+    assert speed.half_gap_step([0, 5, 10], [0.6, 0.7, 0.9]) == pytest.approx(7.5)
+    assert speed.half_gap_step([0, 5], [0.6, 0.6]) == math.inf
+
+
+def test_a_run_without_a_step_zero_evaluation_is_refused(tmp_path):
+    _write_run(tmp_path / "run", {5: 0.5}, {1: 0.5})
+    with pytest.raises(ValueError, match="step-0 evaluation"):
+        speed.speed_measures(tmp_path / "run")
+
+
+def test_a_choice_at_an_edge_extends_the_grid_by_its_ratio():
+    assert speed._extend([1e-3, 3e-3, 1e-2], 1e-2) == pytest.approx(1e-2 * 1e-2 / 3e-3)
+    assert speed._extend([1e-3, 3e-3, 1e-2], 1e-3) == pytest.approx(1e-3 * 1e-3 / 3e-3)
+    assert speed._extend([1e-3, 3e-3, 1e-2], 3e-3) is None
+
+
+def test_plans_are_equal_for_both_arms_and_refuse_unknown_regimes():
+    plan = speed.plan_for("paper_note8")
+    assert plan.methods == ("outcome", "skillgate") and plan.grid == speed.GRIDS["adamw"]
+    a = plan.config("outcome", 1e-3, 0, speed.paths.BUILD_DIR, 1)
+    b = plan.config("skillgate", 1e-3, 0, speed.paths.BUILD_DIR, 1)
+    differ = {k for k in a.__dataclass_fields__ if getattr(a, k) != getattr(b, k)}
+    assert differ == {"method", "credit", "run_dir"}
+    assert speed.plan_for("paper_note8", "nsgd").name == "paper_note8-nsgd"
+    with pytest.raises(ValueError, match="no warm start"):
+        speed.plan_for("paper_long")
+    with pytest.raises(ValueError, match="optimizer"):
+        speed.plan_for("paper", "adam")
+
+
+def test_normalised_sgd_steps_a_fixed_length_along_the_whole_gradient():
+    a, b = torch.nn.Parameter(torch.zeros(3)), torch.nn.Parameter(torch.zeros(2))
+    opt = optimizers.build("nsgd", [a, b], lr=0.5)
+    a.grad, b.grad = torch.tensor([3.0, 0.0, 0.0]), torch.tensor([0.0, 4.0])
+    opt.step()
+    assert torch.allclose(a.detach(), torch.tensor([-0.3, 0.0, 0.0]))  # -0.5 * 3 / 5
+    assert torch.allclose(b.detach(), torch.tensor([0.0, -0.4]))
+    step = torch.cat([a.detach(), b.detach()]).norm()
+    assert float(step) == pytest.approx(0.5)
+    a.grad, b.grad = a.grad * 100, b.grad * 100  # invariant to a global rescale
+    opt.step()
+    assert float(torch.cat([a.detach(), b.detach()]).norm()) == pytest.approx(1.0)
+
+
+def test_unknown_optimizer_is_refused():
+    with pytest.raises(ValueError, match="optimizer"):
+        TrainConfig(optimizer="adam")
+    with pytest.raises(ValueError, match="optimizer"):
+        optimizers.build("lion", [torch.nn.Parameter(torch.zeros(1))], 1e-3)
+
+
+def test_ratio_interval_brackets_the_ratio_of_means():
+    rng = np.random.default_rng(0)
+    den = 0.1 + 0.01 * rng.standard_normal(8)
+    num = 2 * den + 0.01 * rng.standard_normal(8)
+    r, lo, hi = speed_report.ratio_interval(num, den)
+    assert r == pytest.approx(num.mean() / den.mean())
+    assert lo < r < hi and 1.5 < lo and hi < 2.5
+
+
+def test_a_perfect_predictor_fits_with_slope_one():
+    t = pd.DataFrame({"ratio": [1.2, 2.0, 5.0], "pred_share": [1.2, 2.0, 5.0], "pred_gshare": [5.0, 2.0, 1.2],
+                      "pred_summed": [np.nan, 2.0, 5.0]})
+    fit = speed_report.predictor_fit(t).set_index("predictor")
+    assert fit.loc["loss-weight Share", "loglog_slope"] == pytest.approx(1.0)
+    assert fit.loc["loss-weight Share", "max_abs_residual"] == pytest.approx(0.0, abs=1e-12)
+    assert fit.loc["Gradient Share", "spearman"] == pytest.approx(-1.0)
+    assert fit.loc["summed-gradient share", "studies"] == 2
+
+
+@pytest.mark.slow
+def test_a_small_study_runs_extends_resumes_and_exports(tmp_path):
+    settings = {"prompts_per_step": 2, "group_size": 4, "selector_coef": 0.2, "eval_every": 2, "eval_tasks": 8,
+                "eval_split": "val", "log_train_every": 10, "checkpoint_every": 10, "max_new_tokens": 96}
+    plan = speed.SpeedPlan("easy", "tiny", optimizer="nsgd", grid=(0.06, 0.18), search_seeds=(0,), seeds=2, steps=2,
+                           max_extensions=1, test_tasks=8, settings=settings)
+    chosen = speed.run_speed(plan, tmp_path / "study", workers=1, progress=False)
+    for m, c in chosen.items():
+        assert len(c["slope_val"]) == 3 and len(c["extended"]) == 1  # two values, one extension: always an edge
+        for s in (0, 1):
+            assert (tmp_path / "study" / speed.run_name(m, c["value"], s) / "test.json").exists()
+    assert (tmp_path / "study" / "warmstart" / "test.json").exists()
+    before = (tmp_path / "study" / "selection.json").read_text()
+    assert speed.run_speed(plan, tmp_path / "study", workers=1, progress=False) == chosen  # resumes: nothing new
+    assert (tmp_path / "study" / "selection.json").read_text() == before
+    n = speed.export(tmp_path / "study", tmp_path / "kept")
+    kept = sorted(p.name for p in (tmp_path / "kept").rglob("*") if p.is_file())
+    assert n == len(kept) and set(kept) == {"plan.json", "selection.json", *speed.KEPT}
+    runs = speed_report.run_table(tmp_path / "kept")
+    assert runs["chosen"].sum() == 4 and (runs["optimizer"] == "nsgd").all()
+    other = speed.SpeedPlan("easy", "tiny", optimizer="nsgd", grid=(0.06, 0.5), search_seeds=(0,), seeds=2, steps=2,
+                            max_extensions=1, test_tasks=8, settings=settings)
+    with pytest.raises(ValueError, match="another plan"):
+        speed.run_speed(other, tmp_path / "study", workers=1, progress=False)
