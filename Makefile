@@ -49,12 +49,12 @@ DOCS := README.md docs/results.md
 ## the main job: every notebook headless at full size, regenerating figures/
 reproduce: $(STAMP)
 	$(PY) -m skillgate_lib notebooks --profile $(PROFILE) --out build/notebooks
-	$(PY) -m skillgate_lib.report $(DOCS)
+	$(PY) -m skillgate_lib.report.docs $(DOCS)
 
 ## figures and tables only, from the committed artifacts in data/runs/
 figures: $(STAMP)
 	$(PY) -m skillgate_lib notebooks --profile figures --out build/notebooks
-	$(PY) -m skillgate_lib.report $(DOCS)
+	$(PY) -m skillgate_lib.report.docs $(DOCS)
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py

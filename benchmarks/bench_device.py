@@ -2,7 +2,7 @@
 
     python benchmarks/bench_device.py --device cuda [--bf16] [--steps 10] [--configs audit wide] --out F.json
 
-Each configuration is a real :func:`skillgate_lib.train.train` run (rollouts with dynamic
+Each configuration is a real :func:`skillgate_lib.runs.train.train` run (rollouts with dynamic
 sampling, credit, update, KL; evaluation at the end on ``--eval-tasks`` instances) written to a
 temporary directory, then read back from its ``metrics.jsonl``:
 
@@ -26,8 +26,8 @@ from pathlib import Path
 
 import torch
 
-from skillgate_lib import devices
-from skillgate_lib.train import TrainConfig, train
+from skillgate_lib.policy import devices
+from skillgate_lib.runs.train import TrainConfig, train
 
 CONFIGS = {
     "audit": dict(method="outcome", regime="paper_echo_f30", model="tiny-echo-one", prompts_per_step=4, group_size=8,

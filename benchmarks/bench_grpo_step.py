@@ -11,7 +11,7 @@ the same prompts: step ``s`` of both sides gets the kit environment's ``prompts`
 prompts of step ``s`` (~165 tokens each), ``group`` samples of each, ``new_tokens``
 response tokens at temperature 1.
 
-* kit: the body of :func:`skillgate_lib.train.train`'s loop, piece by piece (sample tasks and
+* kit: the body of :func:`skillgate_lib.runs.train.train`'s loop, piece by piece (sample tasks and
   slates, ``rollout.generate`` with the environment answering reads and scoring, pack,
   ``credit.assign``, loss, backward, clip, AdamW step); eval, logging and checkpoints are
   left out, as they are not part of a step.
@@ -56,8 +56,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from skillgate_lib import models, paths, train
+from skillgate_lib import paths
 from skillgate_lib.env import SkillSlateEnv, load_tokenizer
+from skillgate_lib.policy import models
+from skillgate_lib.runs import train
 
 TARGET = 1.5
 #: Response tokens/s of the kit over TRL's that the speed issue asks for at 160 and 512 new tokens (reported, not an exit code).
@@ -105,8 +107,8 @@ def run_kit(base, tokenizer, env: SkillSlateEnv, train_cfg: train.TrainConfig, n
             force_length: bool = False) -> dict:
     """``n_steps`` GRPO steps of the kit's loop; per-step wall times (s), batch shapes, decode
     forwards, and the FLOPs of one update (forward + backward) counted on the last batch."""
-    from skillgate_lib.batching import pack, response_logprobs
-    from skillgate_lib.rollout import generate
+    from skillgate_lib.policy.batching import pack, response_logprobs
+    from skillgate_lib.policy.rollout import generate
 
     torch.set_num_threads(train_cfg.threads)
     model, params, opt, ccfg, skill_values = train.setup_training(base, train_cfg)

@@ -6,12 +6,12 @@
 Both arms train the same ``--runs`` runs of the ``paper`` study's search (methods, values and
 seeds in the plan's order, the plan's settings: 4 prompts x 8 rollouts, 256 validation tasks
 per evaluation, at the start and the end here) for ``--steps`` steps, each into a fresh
-directory, through the study's own runner (:func:`skillgate_lib.compare._run_all`): ``workers``
+directory, through the study's own runner (:func:`skillgate_lib.runs.compare.train_all`): ``workers``
 spawned processes, the cores split among them.
 
 * ``alone``: one run per process at a time (``--together 1``, the runner before batching);
 * ``together``: the runs dealt into ``workers`` groups trained by
-  :func:`skillgate_lib.multirun.train_together`.
+  :func:`skillgate_lib.runs.multirun.train_together`.
 
 The arms alternate (``alone, together``, then ``together, alone``, ...) so that both see the
 same load; runs per hour are ``runs / wall time``, medians over ``--repeats``. Besides the
@@ -35,8 +35,9 @@ from pathlib import Path
 
 import numpy as np
 
-from skillgate_lib import logs, paths, study
-from skillgate_lib.compare import _run_all
+from skillgate_lib import logs, paths
+from skillgate_lib.runs import study
+from skillgate_lib.runs.compare import train_all
 
 OUT = paths.BUILD_DIR / "bench" / "study.json"
 TARGET = 3.0
@@ -56,7 +57,7 @@ def configs(n: int, steps: int, out_dir: Path, threads: int) -> list:
 
 def _arm(cfgs: list, workers: int, together: int) -> float:
     t0 = time.perf_counter()
-    _run_all(cfgs, workers, False, False, "bench", together)
+    train_all(cfgs, workers, False, False, "bench", together)
     return time.perf_counter() - t0
 
 

@@ -30,9 +30,11 @@ from pathlib import Path
 
 import torch
 
-from skillgate_lib import models, paths, rollout, train
-from skillgate_lib.batching import pack, response_logprobs
+from skillgate_lib import paths
 from skillgate_lib.env import SkillSlateEnv, load_tokenizer
+from skillgate_lib.policy import models, rollout
+from skillgate_lib.policy.batching import pack, response_logprobs
+from skillgate_lib.runs import train
 
 OUT = paths.BUILD_DIR / "bench" / "update.json"
 

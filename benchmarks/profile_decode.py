@@ -27,9 +27,11 @@ from pathlib import Path
 
 import torch
 
-from skillgate_lib import decoder as decoder_lib
-from skillgate_lib import models, paths, rollout, train
+from skillgate_lib import paths
 from skillgate_lib.env import SkillSlateEnv, load_tokenizer
+from skillgate_lib.policy import decoder as decoder_lib
+from skillgate_lib.policy import models, rollout
+from skillgate_lib.runs import train
 
 OUT = paths.BUILD_DIR / "bench" / "decode_profile.json"
 

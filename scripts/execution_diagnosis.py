@@ -21,10 +21,10 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from skillgate_lib import regimes
+from skillgate_lib.env import regimes
 from skillgate_lib.env.domains import family_tables
-from skillgate_lib.evaluate import evaluate, load_adapter
-from skillgate_lib.models import load_policy
+from skillgate_lib.policy.models import load_policy
+from skillgate_lib.runs.evaluate import evaluate, load_adapter
 
 _STEP = re.compile(r"step (\d+) : (\S+) (\S+)")
 

@@ -3,9 +3,9 @@
 For each (model, regime) pair: roll out ``--prompts`` validation prompts x ``--group-size``
 from the warm start at temperature 1 (no update), put the run's LoRA adapters on it (as a
 GRPO run's step 0 sees them), then for every policy token one backward pass over the LoRA
-parameters (:func:`skillgate_lib.gradients.parameter_gradients`). Writes per pair
+parameters (:func:`skillgate_lib.policy.gradients.parameter_gradients`). Writes per pair
 ``OUT/<model>-<regime>/rollouts.csv`` (per-rollout sums) and ``summary.json``
-(:func:`skillgate_lib.gradients.proxy_summary`: the rank correlation of the proxy with the
+(:func:`skillgate_lib.policy.gradients.proxy_summary`: the rank correlation of the proxy with the
 per-token parameter-gradient norm, and the name's share three ways), and ``OUT/summary.csv``
 over the pairs.
 
@@ -24,12 +24,12 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from skillgate_lib import regimes
-from skillgate_lib.gradients import parameter_gradients, proxy_summary
-from skillgate_lib.models import load_policy
-from skillgate_lib.rollout import generate
+from skillgate_lib.env import regimes
+from skillgate_lib.policy.gradients import parameter_gradients, proxy_summary
+from skillgate_lib.policy.models import load_policy
+from skillgate_lib.policy.rollout import generate
+from skillgate_lib.runs.train import TrainConfig, setup_training
 from skillgate_lib.seeding import stream_seed
-from skillgate_lib.train import TrainConfig, setup_training
 
 
 def check_pair(model_name: str, regime_name: str, prompts: int, group_size: int, seed: int, out: Path) -> dict:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from skillgate_lib import paths
 from skillgate_lib.env import SkillSlateEnv, write_library
-from skillgate_lib.skills import load_library
-from skillgate_lib.tokenizer import build_tokenizer
+from skillgate_lib.env.skills import load_library
+from skillgate_lib.env.tokenizer import build_tokenizer
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -57,7 +57,7 @@ MEASURES = ("eval/success", "eval/oracle_read", "eval/misleading_read", "eval/re
 
 
 def run(out: Path, conditions, seeds, workers: int, **shared) -> None:
-    from skillgate_lib.compare import compare
+    from skillgate_lib.runs.compare import compare
 
     for name in conditions:
         method, extra = CONDITIONS[name]
@@ -66,12 +66,12 @@ def run(out: Path, conditions, seeds, workers: int, **shared) -> None:
                 progress=False, **shared, **extra)
 
 
-def test_all(out: Path, regime: str, n: int, workers: int) -> None:
+def evaluate_runs_on_test(out: Path, regime: str, n: int, workers: int) -> None:
     """Every finished run's final adapter on ``n`` test instances (``test.json``), apart from the held-out ``eval`` pool."""
-    from skillgate_lib.study import _test_all
+    from skillgate_lib.runs.study import write_test_records
 
     runs = sorted(str(p.parent) for p in out.glob("*/*/adapter"))
-    _test_all([(r, regime, n, None, max(1, 2 // workers)) for r in runs], workers, progress=False)
+    write_test_records([(r, regime, n, None, max(1, 2 // workers)) for r in runs], workers, progress=False)
 
 
 def final_table(out: Path) -> pd.DataFrame:
@@ -196,7 +196,7 @@ def main() -> None:
         run(a.out, a.conditions, a.seeds, a.workers, regime=a.regime, steps=a.steps, prompts_per_step=a.prompts_per_step,
             lr=a.lr, eval_tasks=a.eval_tasks, eval_every=a.eval_every, log_train_every=1, model=a.model)
         if a.test_tasks:
-            test_all(a.out, a.regime, a.test_tasks, a.workers)
+            evaluate_runs_on_test(a.out, a.regime, a.test_tasks, a.workers)
     runs = any(a.out.glob("*/*/adapter"))
     final = final_table(a.out) if runs else pd.read_csv(a.out / "final_table.csv")  # a committed table, no runs
     if runs:

@@ -11,13 +11,13 @@ import sys
 
 COMMANDS = {
     "notebooks": ("skillgate_lib.notebooks", "execute the notebooks headless with papermill"),
-    "warmstart": ("skillgate_lib.warmstart", "SFT warm start of the embedded model (cached)"),
-    "train": ("skillgate_lib.train", "LoRA GRPO fine-tune with a chosen credit assigner"),
-    "evaluate": ("skillgate_lib.evaluate", "held-out metrics of a model or a trained adapter"),
-    "compare": ("skillgate_lib.compare", "every method x seeds, same budget"),
-    "study": ("skillgate_lib.study", "the powered comparison: equal search on validation, seeds, the test set"),
-    "speed": ("skillgate_lib.speed", "the rate study: how fast each arm learns the choice, by regime and optimizer"),
-    "probe": ("skillgate_lib.regimes", "audit the warm start's outcome-only rollouts in a regime, before training"),
+    "warmstart": ("skillgate_lib.policy.warmstart", "SFT warm start of the embedded model (cached)"),
+    "train": ("skillgate_lib.runs.train", "LoRA GRPO fine-tune with a chosen credit assigner"),
+    "evaluate": ("skillgate_lib.runs.evaluate", "held-out metrics of a model or a trained adapter"),
+    "compare": ("skillgate_lib.runs.compare", "every method x seeds, same budget"),
+    "study": ("skillgate_lib.runs.study", "the powered comparison: equal search on validation, seeds, the test set"),
+    "speed": ("skillgate_lib.runs.speed", "the rate study: how fast each arm learns the choice, by regime and optimizer"),
+    "probe": ("skillgate_lib.runs.probe", "audit the warm start's outcome-only rollouts in a regime, before training"),
     "audit": ("skillgate_lib.audit", "Share / Sign / Value by horizon for any run's logs"),
 }
 

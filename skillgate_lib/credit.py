@@ -50,12 +50,12 @@ assigner                 credit                                                 
                          supervised cross-entropy on the oracle's name with coefficient
                          ``lambda`` (the trainer builds that term; the assigner sets
                          ``bc_coef``). The method ``selection_bc`` itself is the reference's
-                         supervised fine-tune (:func:`skillgate_lib.train.sft_step`), no RL
+                         supervised fine-tune (:func:`skillgate_lib.runs.train.sft_step`), no RL
 =======================  ======================================================================  ========
 
 The "filtered" column is the assigner's own filter (``CreditConfig.filter_groups``; off
 for the ``*_nofilter`` ablations). The trainer applies the reference's dynamic sampling to
-*every* RL arm before any assigner runs (:func:`skillgate_lib.train.sample_batch`: groups
+*every* RL arm before any assigner runs (:func:`skillgate_lib.runs.train.sample_batch`: groups
 whose rewards agree are dropped and fresh prompts drawn), so with the default protocol no
 assigner sees an all-equal group.
 
@@ -457,7 +457,7 @@ def skillgate(inputs: CreditInputs, cfg: CreditConfig) -> Credit:
        (and the active-read count) run over the kept groups.
 
     The refill of a filtered batch with freshly sampled groups (over-sampling) is the
-    trainer's (:func:`skillgate_lib.train.sample_batch`), so with the default protocol this
+    trainer's (:func:`skillgate_lib.runs.train.sample_batch`), so with the default protocol this
     filter finds nothing left to drop. Where the kit differs: the reference's ``A_i`` uses
     ``std + 1e-6``, the kit ``std + cfg.eps``.
     """

@@ -136,7 +136,7 @@ def _atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> None:
         raise
 
 
-def _atomic_write_bytes(path: Path, payload: bytes) -> None:
+def atomic_write_bytes(path: Path, payload: bytes) -> None:
     _atomic_write(path, lambda fh: fh.write(payload))
 
 
@@ -172,7 +172,7 @@ def truncate_jsonl(path: str | Path, after_step: int) -> None:
                                 "the log is damaged, so the run is not resumed") from None
         if step <= after_step:
             kept.append(line)
-    _atomic_write_bytes(path, "".join(ln + "\n" for ln in kept).encode())
+    atomic_write_bytes(path, "".join(ln + "\n" for ln in kept).encode())
 
 
 def validate_trajectories(df: pd.DataFrame, source: str = "<table>") -> None:
@@ -253,7 +253,7 @@ class RunWriter:
     def write_config(self, config: Mapping[str, Any]) -> Path:
         payload = {**config, "versions": package_versions()}
         path = self.run_dir / "config.json"
-        _atomic_write_bytes(path, (json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n").encode())
+        atomic_write_bytes(path, (json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n").encode())
         return path
 
     def log_metrics(self, row: Mapping[str, Any]) -> None:
@@ -292,7 +292,7 @@ class RunWriter:
         # Page checksums let a reader tell a flipped byte from a value (the audit verifies them).
         pq.write_table(table, sink, compression="zstd", write_page_checksum=True)
         path = self.run_dir / "trajectories" / f"step-{step:06d}-{split}.parquet"
-        _atomic_write_bytes(path, sink.getvalue().to_pybytes())
+        atomic_write_bytes(path, sink.getvalue().to_pybytes())
         return path
 
 

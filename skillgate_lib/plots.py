@@ -89,7 +89,7 @@ def method_label(name: str) -> str:
     return methods.METHODS[name].label if name in methods.METHODS else name
 
 
-def _legend_below(fig: plt.Figure, axes, ncol: int = 4) -> None:
+def legend_below(fig: plt.Figure, axes, ncol: int = 4) -> None:
     """One legend for all ``axes`` (each label once), centred under them, outside the data."""
     handles, labels = {}, []
     for ax in np.atleast_1d(axes).flat:
@@ -203,7 +203,7 @@ def theory_figure(theory: pd.DataFrame, sim: pd.DataFrame, name: str) -> tuple[p
     fig, ax = plt.subplots(figsize=(WIDTH * 0.75, 4.0), layout="constrained")
     theory_panel(ax, data, name)
     _theory_key(ax)
-    _legend_below(fig, ax, ncol=2)
+    legend_below(fig, ax, ncol=2)
     return fig, data
 
 
@@ -214,7 +214,7 @@ def theory_summary(panels: dict[str, pd.DataFrame]) -> plt.Figure:
         theory_panel(ax, data, name, short_title=True)
     _theory_key(axes.flat[0])
     fig.suptitle("Selector credit starvation in closed form and simulation")
-    _legend_below(fig, axes, ncol=3)
+    legend_below(fig, axes, ncol=3)
     return fig
 
 
@@ -265,7 +265,7 @@ def learning_curves(curves: pd.DataFrame, measures=tuple(EVAL_MEASURES)) -> plt.
     for ax in axes.flat[len(measures):]:
         ax.remove()
     fig.suptitle("Held-out evaluation during GRPO (mean over seeds; band: seed range)")
-    _legend_below(fig, axes.flat[: len(measures)], ncol=4)
+    legend_below(fig, axes.flat[: len(measures)], ncol=4)
     return fig
 
 
@@ -286,7 +286,7 @@ def by_horizon(df: pd.DataFrame) -> plt.Figure:
         ax.set_xticks(sorted(df["horizon"].unique()))
         _fraction_axis(ax)
     fig.suptitle("Held-out rates by horizon after GRPO: mean ± sd over seeds")
-    _legend_below(fig, axes, ncol=4)
+    legend_below(fig, axes, ncol=4)
     return fig
 
 

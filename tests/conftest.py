@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from skillgate_lib import methods
-from skillgate_lib.warmstart import WarmStartConfig, warmstart
+from skillgate_lib.policy.warmstart import WarmStartConfig, warmstart
 
 
 @pytest.fixture(scope="session")

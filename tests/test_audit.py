@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from test_readers import expected_table, write_tasks, write_trl, write_verl
 
 from skillgate_lib import audit, logs, theory
-from test_readers import expected_table, write_tasks, write_trl, write_verl
 
 EPS = 1e-4
 

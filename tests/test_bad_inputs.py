@@ -38,11 +38,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from test_audit import hand_log
+from test_readers import ROLLOUTS, TASKS, _ids, word_tokenizer
 
 from skillgate_lib import audit, logs, readers
 from skillgate_lib.logs import ArtifactError
-from test_audit import hand_log
-from test_readers import ROLLOUTS, TASKS, _ids, word_tokenizer
 
 #: Columns an audit measure depends on (domain, task_id, rollout and credit do not enter any).
 MEASURED = ["step", "split", "group_id", "horizon", "response_tokens", "reward", "success", "read_skills",

@@ -9,9 +9,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from skillgate_lib import logs, methods, paths, results
-from skillgate_lib.evaluate import evaluate, load_adapter, summarize
-from skillgate_lib.train import TrainConfig, make_env
+from skillgate_lib import logs, methods, paths
+from skillgate_lib.report import results
+from skillgate_lib.runs.evaluate import evaluate, load_adapter, summarize
+from skillgate_lib.runs.train import TrainConfig, make_env
 
 RUNS = paths.DATA_DIR / "runs" / "compare"
 
@@ -50,7 +51,7 @@ def test_a_committed_study_adapter_reproduces_its_test_set_numbers():
     (a SkillGate run at the chosen lambda, on a seed beyond the search)."""
     import json
 
-    from skillgate_lib import study
+    from skillgate_lib.runs import study
 
     selection = json.loads((STUDY / "selection.json").read_text())
     plan = study.paper_plan()
@@ -69,7 +70,7 @@ def test_the_dose_response_audits_only_outcome_runs_that_read():
     (its Share would count as 0 and its dilution as infinite); the paired differences keep all 8 seeds."""
     import math
 
-    from skillgate_lib import study_report
+    from skillgate_lib.report import study as study_report
 
     dose = study_report.dose_response({"paper-lookup": paths.DATA_DIR / "runs" / "study" / "paper-lookup"}, n_boot=50)
     row = dose.iloc[0]

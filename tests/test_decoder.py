@@ -10,11 +10,11 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from skillgate_lib import regimes, train
-from skillgate_lib.decoder import HFDecoder, LeanLlama, Unsupported, make_decoder
-from skillgate_lib.env import SkillSlateEnv
-from skillgate_lib.models import load_policy
-from skillgate_lib.rollout import _left_pad, generate, merged_lora
+from skillgate_lib.env import SkillSlateEnv, regimes
+from skillgate_lib.policy.decoder import HFDecoder, LeanLlama, Unsupported, make_decoder
+from skillgate_lib.policy.models import load_policy
+from skillgate_lib.policy.rollout import _left_pad, generate, merged_lora
+from skillgate_lib.runs import train
 
 
 @pytest.fixture(scope="module")

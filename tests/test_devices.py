@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
-from skillgate_lib import devices
-from skillgate_lib.train import TrainConfig, train
+from skillgate_lib.policy import devices
+from skillgate_lib.runs.train import TrainConfig, train
 
 
 def test_auto_resolves_to_what_is_there_and_bad_specs_are_named():

@@ -8,11 +8,24 @@ import numpy as np
 import pytest
 
 from skillgate_lib.env import (
-    DOMAINS, POLICIES, VARIANTS, EpisodeError, SkillSlateEnv, cue_selector, display_name, family_tables,
-    load_tokenizer, mixed_reads, name_match_selector, oracle_policy, parse_table, run_chain, token_spans,
+    DOMAINS,
+    POLICIES,
+    VARIANTS,
+    EpisodeError,
+    SkillSlateEnv,
+    cue_selector,
+    display_name,
+    family_tables,
+    load_tokenizer,
+    mixed_reads,
+    name_match_selector,
+    oracle_policy,
+    parse_table,
+    run_chain,
+    token_spans,
 )
+from skillgate_lib.env.skills import Candidate, Slate
 from skillgate_lib.logs import CATEGORIES
-from skillgate_lib.skills import Candidate, Slate
 
 
 @pytest.fixture(scope="module")

@@ -10,13 +10,13 @@ import pandas as pd
 import pytest
 import torch
 
-from skillgate_lib import logs, regimes, theory
+from skillgate_lib import logs, theory
 from skillgate_lib.audit import report, run_audit
-from skillgate_lib.env import NOTE_WORDS, SkillSlateEnv
-from skillgate_lib.gradients import logit_grad_norm, parameter_gradients, proxy_summary
-from skillgate_lib.records import episode_rows
-from skillgate_lib.rollout import Episode, generate
-from skillgate_lib.warmstart import token_types
+from skillgate_lib.env import NOTE_WORDS, SkillSlateEnv, regimes
+from skillgate_lib.policy.gradients import logit_grad_norm, parameter_gradients, proxy_summary
+from skillgate_lib.policy.rollout import Episode, generate
+from skillgate_lib.policy.warmstart import token_types
+from skillgate_lib.runs.records import episode_rows
 
 
 def test_logit_grad_norm_matches_a_hand_computed_distribution_and_autograd():
@@ -68,7 +68,7 @@ def test_free_notes_are_policy_words_whose_content_never_changes_the_verdict():
 
 @pytest.fixture(scope="module")
 def sampled():
-    from skillgate_lib.models import load_policy
+    from skillgate_lib.policy.models import load_policy
 
     torch.manual_seed(0)
     model, tokenizer = load_policy("tiny")
@@ -97,7 +97,7 @@ def test_generation_logs_each_policy_tokens_weight_and_the_rows_carry_the_sums(s
 
 def test_the_proxy_equals_the_teacher_forced_one_and_tracks_the_parameter_gradient(sampled):
     model, tokenizer, _, episodes = sampled
-    from skillgate_lib.train import TrainConfig, setup_training
+    from skillgate_lib.runs.train import TrainConfig, setup_training
 
     tr = setup_training(model, TrainConfig(regime="paper"))
     tokens, rollouts = parameter_gradients(tr.model, tr.params, episodes[:4], tokenizer.pad_token_id)

@@ -17,7 +17,8 @@ import pandas as pd
 import pytest
 import torch
 
-from skillgate_lib import logs, train
+from skillgate_lib import logs
+from skillgate_lib.runs import train
 
 pytestmark = pytest.mark.slow
 
@@ -26,7 +27,8 @@ pytestmark = pytest.mark.slow
 DRIVER = textwrap.dedent("""
     import io, json, os, signal, sys
     import torch
-    from skillgate_lib import logs, train
+    from skillgate_lib import logs
+    from skillgate_lib.runs import train
 
     mode, at, argv = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
     calls = [0]

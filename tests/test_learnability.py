@@ -14,8 +14,8 @@ from __future__ import annotations
 import pytest
 
 from skillgate_lib.env import SkillSlateEnv
-from skillgate_lib.evaluate import episode_table, evaluate, summarize
-from skillgate_lib.models import load_policy
+from skillgate_lib.policy.models import load_policy
+from skillgate_lib.runs.evaluate import episode_table, evaluate, summarize
 
 pytestmark = pytest.mark.slow
 N_TASKS = 256

@@ -8,10 +8,13 @@ import sys
 
 import pytest
 
-from skillgate_lib import compare, paths, plots, report, results, train
+from skillgate_lib import paths, plots
+from skillgate_lib.report import comparison
+from skillgate_lib.report import results
+from skillgate_lib.runs import compare, train
 
-TRAINER_MODULES = ("skillgate_lib.train", "skillgate_lib.compare", "skillgate_lib.rollout", "skillgate_lib.warmstart",
-                   "skillgate_lib.evaluate", "skillgate_lib.models", "peft", "transformers")
+TRAINER_MODULES = ("skillgate_lib.runs.train", "skillgate_lib.runs.compare", "skillgate_lib.policy.rollout", "skillgate_lib.policy.warmstart",
+                   "skillgate_lib.runs.evaluate", "skillgate_lib.policy.models", "peft", "transformers")
 
 
 def test_a_registered_method_runs_through_compare_report_and_the_cli(registry, tiny_model_dir, tmp_path):
@@ -30,10 +33,10 @@ def test_a_registered_method_runs_through_compare_report_and_the_cli(registry, t
     assert list(final["method"]) == ["toy"]  # and no sft row
     assert set(results.learning_curves(tmp_path)["method"]) == {"toy"}
 
-    table = report.results_table(results.final_eval_trajectories(tmp_path))
+    table = comparison.results_table(results.final_eval_trajectories(tmp_path))
     assert list(table["method"]) == ["toy"] and int(table["seeds"].iloc[0]) == 1
-    assert report.results_markdown(table).splitlines()[-1].startswith("| toy baseline (`toy`) | 1 |")
-    assert report.results_markdown(table).rstrip().endswith("| – | – | – |")  # no paper row named
+    assert comparison.results_markdown(table).splitlines()[-1].startswith("| toy baseline (`toy`) | 1 |")
+    assert comparison.results_markdown(table).rstrip().endswith("| – | – | – |")  # no paper row named
     assert plots.METHOD_COLORS["toy"] == toy.color
 
 
@@ -62,14 +65,14 @@ def test_reading_results_and_building_the_table_loads_no_trainer():
         imports += [line for cell in nb["cells"] if cell["cell_type"] == "code"
                     for line in "".join(cell["source"]).splitlines() if line.startswith(("import ", "from "))]
     assert any("results" in line for line in imports)
-    code = "\n".join([*imports, "from skillgate_lib import report, results",
-                      f"t = report.results_table(results.final_eval_trajectories({str(paths.DATA_DIR / 'runs' / 'compare')!r}))",
+    code = "\n".join([*imports, "from skillgate_lib.report import comparison, results",
+                      f"t = comparison.results_table(results.final_eval_trajectories({str(paths.DATA_DIR / 'runs' / 'compare')!r}))",
                       "assert len(t) >= 7, t",
                       "import sys; print(' '.join(sorted(sys.modules)))"])
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=paths.REPO_ROOT / "notebooks")
     assert out.returncode == 0, out.stderr
     loaded = set(out.stdout.split())
-    assert "skillgate_lib.results" in loaded
+    assert "skillgate_lib.report.results" in loaded
     assert not loaded & set(TRAINER_MODULES), sorted(loaded & set(TRAINER_MODULES))
 
 

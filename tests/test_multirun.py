@@ -15,10 +15,11 @@ import numpy as np
 import pytest
 import torch
 
-from skillgate_lib import logs, multirun, train
-from skillgate_lib.decoder import LeanLlama, MultiLlama
-from skillgate_lib.models import load_policy
-from skillgate_lib.rollout import Segment, _left_pad, generate, merged_lora
+from skillgate_lib import logs
+from skillgate_lib.policy.decoder import LeanLlama, MultiLlama
+from skillgate_lib.policy.models import load_policy
+from skillgate_lib.policy.rollout import Segment, _left_pad, generate, merged_lora
+from skillgate_lib.runs import multirun, train
 
 
 def _policies(n: int, scale: float):

@@ -133,7 +133,7 @@ def test_loading_the_embedded_model_is_quiet():
     LoRA (each comparison run does both, in its own process: so does this check)."""
     code = ("from peft import LoraConfig, get_peft_model\n"
             "from transformers.utils import logging\n"
-            "from skillgate_lib.models import load_policy\n"
+            "from skillgate_lib.policy.models import load_policy\n"
             "model, _ = load_policy('tiny')\n"
             "get_peft_model(model, LoraConfig(r=2, target_modules=['q_proj'], task_type='CAUSAL_LM'))\n"
             "assert logging.is_progress_bar_enabled() and logging.get_verbosity() == logging.WARNING\n")

@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from skillgate_lib import credit, methods, regimes, train
-from skillgate_lib.batching import pack, response_logprobs
-from skillgate_lib.env import SkillSlateEnv, display_name, family_tables, lookalike_tables, run_chain
-from skillgate_lib.models import load_policy
-from skillgate_lib.records import credit_inputs
+from skillgate_lib import credit, methods
+from skillgate_lib.env import SkillSlateEnv, display_name, family_tables, lookalike_tables, regimes, run_chain
+from skillgate_lib.policy.batching import pack, response_logprobs
+from skillgate_lib.policy.models import load_policy
+from skillgate_lib.runs import probe, train
+from skillgate_lib.runs.records import credit_inputs
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +74,7 @@ def test_selector_weights_land_on_the_log_probs_of_the_sampled_name_tokens(warm)
     base, tokenizer = warm
     env = SkillSlateEnv()
     cfg = train.TrainConfig(model="tiny", prompts_per_step=4, group_size=4, run_dir="unused")
-    from skillgate_lib.rollout import generate
+    from skillgate_lib.policy.rollout import generate
 
     episodes = generate(base, tokenizer, env, train.step_items(env, cfg, 0), 160, 1.0, torch.Generator().manual_seed(0))
     batch = pack(episodes, tokenizer.pad_token_id)
@@ -184,14 +185,14 @@ def test_probe_audits_the_warm_starts_outcome_rollouts_in_a_regime(tmp_path):
     from skillgate_lib import logs
 
     regime = regimes.get("paper")
-    result = regimes.probe(regime, tmp_path / "probe", n_groups=4, group_size=4, threads=1, chunk=2)
+    result = probe.probe(regime, tmp_path / "probe", n_groups=4, group_size=4, threads=1, chunk=2)
     config = logs.read_config(tmp_path / "probe")
     assert config["regime"] == "paper" and config["lookalike_agreement"] == regime.lookalike_agreement
     assert result.n_rows == 16
-    summary = regimes.probe_summary(result)
+    summary = probe.probe_summary(result)
     assert summary["n"] == 16 and 0.0 < summary["share_median_long"] <= summary["share_median_short"] < 1.0
     with pytest.raises(FileExistsError, match="already holds a probe"):
-        regimes.probe(regime, tmp_path / "probe", n_groups=1, group_size=2)
+        probe.probe(regime, tmp_path / "probe", n_groups=1, group_size=2)
     with pytest.raises(ValueError, match="unknown regime 'x'; choose one of: easy, noisy, paper"):
         regimes.get("x")
 
@@ -251,7 +252,7 @@ def test_a_table_seed_changes_the_values_and_nothing_else():
 def test_a_warm_start_on_several_table_sets_trains_and_records_them(tmp_path):
     import json
 
-    from skillgate_lib.warmstart import WarmStartConfig, warmstart
+    from skillgate_lib.policy.warmstart import WarmStartConfig, warmstart
 
     warmstart(WarmStartConfig(steps=2, batch_size=4, table_seeds=2, out=str(tmp_path), threads=1), progress=False)
     assert json.loads((tmp_path / "warmstart_config.json").read_text())["table_seeds"] == 2
@@ -303,7 +304,7 @@ def test_the_step_echo_knob_reaches_the_run_config_and_both_environments(tmp_pat
 def test_a_warm_start_checkpoint_that_predates_a_field_resumes_at_its_default():
     from dataclasses import asdict
 
-    from skillgate_lib.warmstart import WarmStartConfig, checkpoint_diff
+    from skillgate_lib.policy.warmstart import WarmStartConfig, checkpoint_diff
 
     now = asdict(WarmStartConfig(steps=10, threads=1, out="elsewhere"))
     saved = json.loads(json.dumps({k: v for k, v in asdict(WarmStartConfig(steps=10)).items()

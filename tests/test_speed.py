@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 import torch
 
-from skillgate_lib import optimizers, speed, speed_report
-from skillgate_lib.train import TrainConfig
+from skillgate_lib.report import rates
+from skillgate_lib.runs import optimizers, speed
+from skillgate_lib.runs.train import TrainConfig
 
 
 def _write_run(run_dir, oracle_by_step, train_by_step, method="outcome", lr=1e-3, seed=0, eval_tasks=256):
@@ -33,7 +34,7 @@ def test_primary_measure_is_the_logit_slope(tmp_path):
     evals[30] = 0.01  # after the window: must not move the slope
     train = {s: _sigmoid(0.2 + 0.05 * s) for s in range(1, 31)}
     _write_run(tmp_path / "run", evals, train)
-    m = speed.speed_measures(tmp_path / "run")
+    m = rates.speed_measures(tmp_path / "run")
     assert m["slope_val"] == pytest.approx(0.1, rel=1e-9)
     assert m["slope_onpolicy"] == pytest.approx(0.05, rel=1e-9)
     assert m["val_oracle_read_final"] == 0.01
@@ -43,20 +44,20 @@ def test_primary_measure_is_the_logit_slope(tmp_path):
 
 def test_rates_of_zero_and_one_stay_finite(tmp_path):
     _write_run(tmp_path / "run", {0: 0.0, 5: 0.5, 10: 1.0}, {1: 0.0, 2: 1.0})
-    m = speed.speed_measures(tmp_path / "run")
+    m = rates.speed_measures(tmp_path / "run")
     assert np.isfinite(m["slope_val"]) and m["slope_val"] > 0
     assert np.isfinite(m["slope_onpolicy"])
 
 
 def test_half_gap_step_by_hand():
-    assert speed.half_gap_step([0, 5, 10], [0.6, 0.7, 0.9]) == pytest.approx(7.5)
-    assert speed.half_gap_step([0, 5], [0.6, 0.6]) == math.inf
+    assert rates.half_gap_step([0, 5, 10], [0.6, 0.7, 0.9]) == pytest.approx(7.5)
+    assert rates.half_gap_step([0, 5], [0.6, 0.6]) == math.inf
 
 
 def test_a_run_without_a_step_zero_evaluation_is_refused(tmp_path):
     _write_run(tmp_path / "run", {5: 0.5}, {1: 0.5})
     with pytest.raises(ValueError, match="step-0 evaluation"):
-        speed.speed_measures(tmp_path / "run")
+        rates.speed_measures(tmp_path / "run")
 
 
 def test_a_choice_at_an_edge_extends_the_grid_by_its_ratio():
@@ -104,7 +105,7 @@ def test_ratio_interval_brackets_the_ratio_of_means():
     rng = np.random.default_rng(0)
     den = 0.1 + 0.01 * rng.standard_normal(8)
     num = 2 * den + 0.01 * rng.standard_normal(8)
-    r, lo, hi = speed_report.ratio_interval(num, den)
+    r, lo, hi = rates.ratio_interval(num, den)
     assert r == pytest.approx(num.mean() / den.mean())
     assert lo < r < hi and 1.5 < lo and hi < 2.5
 
@@ -112,7 +113,7 @@ def test_ratio_interval_brackets_the_ratio_of_means():
 def test_a_perfect_predictor_fits_with_slope_one():
     t = pd.DataFrame({"ratio": [1.2, 2.0, 5.0], "pred_share": [1.2, 2.0, 5.0], "pred_gshare": [5.0, 2.0, 1.2],
                       "pred_summed": [np.nan, 2.0, 5.0]})
-    fit = speed_report.predictor_fit(t).set_index("predictor")
+    fit = rates.predictor_fit(t).set_index("predictor")
     assert fit.loc["loss-weight Share", "loglog_slope"] == pytest.approx(1.0)
     assert fit.loc["loss-weight Share", "max_abs_residual"] == pytest.approx(0.0, abs=1e-12)
     assert fit.loc["Gradient Share", "spearman"] == pytest.approx(-1.0)
@@ -129,7 +130,7 @@ def test_a_small_study_runs_extends_resumes_and_exports(tmp_path):
     for m, c in chosen.items():
         assert len(c["slope_val"]) == 3 and len(c["extended"]) == 1  # two values, one extension: always an edge
         for s in (0, 1):
-            assert (tmp_path / "study" / speed.run_name(m, c["value"], s) / "test.json").exists()
+            assert (tmp_path / "study" / rates.run_name(m, c["value"], s) / "test.json").exists()
     assert (tmp_path / "study" / "warmstart" / "test.json").exists()
     before = (tmp_path / "study" / "selection.json").read_text()
     assert speed.run_speed(plan, tmp_path / "study", workers=1, progress=False) == chosen  # resumes: nothing new
@@ -137,7 +138,7 @@ def test_a_small_study_runs_extends_resumes_and_exports(tmp_path):
     n = speed.export(tmp_path / "study", tmp_path / "kept")
     kept = sorted(p.name for p in (tmp_path / "kept").rglob("*") if p.is_file())
     assert n == len(kept) and set(kept) == {"plan.json", "selection.json", *speed.KEPT}
-    runs = speed_report.run_table(tmp_path / "kept")
+    runs = rates.run_table(tmp_path / "kept")
     assert runs["chosen"].sum() == 4 and (runs["optimizer"] == "nsgd").all()
     other = speed.SpeedPlan("easy", "tiny", optimizer="nsgd", grid=(0.06, 0.5), search_seeds=(0,), seeds=2, steps=2,
                             max_extensions=1, test_tasks=8, settings=settings)

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from skillgate_lib import study
 from skillgate_lib.env import SkillSlateEnv, in_split
-from skillgate_lib.evaluate import heldout_tasks
+from skillgate_lib.runs import study
+from skillgate_lib.runs.evaluate import heldout_tasks
 
 
 def _pair(task) -> str:
@@ -73,7 +73,7 @@ def test_a_study_selects_on_validation_tests_the_choice_and_refuses_another_plan
     assert record["tasks"] == 12 and 0 <= record["test/success"] <= 1
     config = json.loads((tmp_path / study.run_name(plan.arms[1], chosen["outcome"]["value"], 1) / "config.json").read_text())
     assert config["eval_split"] == "val" and config["steps"] == 1
-    from skillgate_lib import study_report
+    from skillgate_lib.report import study as study_report
 
     tests = study_report.test_results(tmp_path)
     assert sorted(tests["method"]) == ["outcome", "outcome", "sft", "skillgate", "skillgate"]
@@ -104,7 +104,7 @@ def _fake_study(root, values):
 
 
 def test_paired_differences_pair_by_seed(tmp_path):
-    from skillgate_lib import study_report
+    from skillgate_lib.report import study as study_report
 
     _fake_study(tmp_path, {"skillgate": {0: (0.30, 0.6), 1: (0.10, 0.4), 2: (0.20, 0.5)},
                            "outcome": {0: (0.20, 0.5), 1: (0.00, 0.3), 2: (0.10, 0.4), 3: (0.9, 0.9)}})
@@ -121,7 +121,7 @@ def test_paired_differences_pair_by_seed(tmp_path):
     assert study_report.gain_by_horizon(tests)["diff"].iloc[0] == pytest.approx(10.0)
     import matplotlib.pyplot as plt
 
-    from skillgate_lib import plots_study
+    from skillgate_lib.report import study_plots as plots_study
 
     fig = plots_study.rates_and_differences(table.reset_index(), diffs.reset_index())
     assert len(fig.axes) == 2

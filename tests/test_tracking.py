@@ -1,4 +1,4 @@
-"""skillgate_lib.tracking: metrics rows mirrored to TensorBoard, as ``<split>/<field>`` at the row's step."""
+"""skillgate_lib.runs.tracking: metrics rows mirrored to TensorBoard, as ``<split>/<field>`` at the row's step."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import importlib.util
 
 import pytest
 
-from skillgate_lib import tracking
+from skillgate_lib.runs import tracking
 
 
 def test_scalars_keep_finite_numbers_under_their_split():

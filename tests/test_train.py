@@ -8,8 +8,9 @@ import pandas as pd
 import pytest
 import torch
 
-from skillgate_lib import logs, train
-from skillgate_lib.models import load_policy
+from skillgate_lib import logs
+from skillgate_lib.policy.models import load_policy
+from skillgate_lib.runs import train
 
 
 def _cfg(model_dir, run_dir, **over):
@@ -111,20 +112,20 @@ def test_runs_on_other_weights_are_not_reused_or_reevaluated(tiny_model_dir, tmp
     """A finished run is reused by `compare`, and its adapter re-evaluated, only on the weights it was trained on."""
     import shutil
 
-    from skillgate_lib import compare
-    from skillgate_lib.evaluate import load_adapter
+    from skillgate_lib.runs import compare
+    from skillgate_lib.runs.evaluate import load_adapter
 
     model = tmp_path / "model"
     shutil.copytree(tiny_model_dir, model)
     cfg = _cfg(model, tmp_path / "r", steps=1, eval_every=1)
     train.train(cfg, progress=False)
-    compare._run_all([cfg], workers=1, resume=False, progress=False, desc="reuse")  # same weights: skipped
+    compare.train_all([cfg], workers=1, resume=False, progress=False, desc="reuse")  # same weights: skipped
     load_adapter(tmp_path / "r")
     from safetensors.torch import load_file, save_file
 
     weights = load_file(model / "model.safetensors")
     save_file({k: v + 1e-3 for k, v in weights.items()}, model / "model.safetensors")
     with pytest.raises(ValueError, match="model_fingerprint"):
-        compare._run_all([cfg], workers=1, resume=False, progress=False, desc="reuse")
+        compare.train_all([cfg], workers=1, resume=False, progress=False, desc="reuse")
     with pytest.raises(ValueError, match="trained on model .* with weights"):
         load_adapter(tmp_path / "r")

@@ -384,7 +384,7 @@ def _first(category: str):
 
 
 def _off_slate(task, slate):
-    from skillgate_lib.skills import load_library
+    from skillgate_lib.env.skills import load_library
 
     return next(n for n in sorted(load_library()) if slate.category(n) is None)
 
@@ -401,7 +401,7 @@ def env_run(tmp_path_factory):
 
     from skillgate_lib.env import SkillSlateEnv
     from skillgate_lib.integrations.trl import env_dataset, use_kit_chat_format, write_task_table
-    from skillgate_lib.models import load_policy
+    from skillgate_lib.policy.models import load_policy
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     out = tmp_path_factory.mktemp("trl_env")

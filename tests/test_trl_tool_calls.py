@@ -16,7 +16,15 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
 from skillgate_lib.credit import CreditInputs, assign
-from skillgate_lib.integrations import JsonReadFormat, ReadFormat, SkillIndex, SkillNameCollision, find_reads, read_spans, skill_key
+from skillgate_lib.integrations import (
+    JsonReadFormat,
+    ReadFormat,
+    SkillIndex,
+    SkillNameCollision,
+    find_reads,
+    read_spans,
+    skill_key,
+)
 
 SPECIAL = ["<pad>", "</s>", "<|user|>", "<|assistant|>", "<|tool|>"]
 CALL_TAGS = ["<tool_call>", "</tool_call>"]  # added tokens, not special: decoded text keeps them, as Qwen's does
@@ -122,7 +130,7 @@ def test_a_library_with_two_names_of_one_key_is_refused_naming_both_files(tmp_pa
         SkillIndex.of_library(library)
     with pytest.raises(SkillNameCollision, match="slate: skills 'Alpha-Sort' and 'alpha-sort'"):
         read_spans([], chat_tokenizer(), {"Alpha-Sort": "oracle", "alpha-sort": "misleading"})
-    from skillgate_lib.skills import load_library
+    from skillgate_lib.env.skills import load_library
 
     SkillIndex.of_library(load_library())  # the kit's own library has no two names of one key
 

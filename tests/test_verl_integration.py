@@ -177,7 +177,7 @@ def _first(category: str):
 
 
 def _off_slate(slate):
-    from skillgate_lib.skills import load_library
+    from skillgate_lib.env.skills import load_library
 
     return next(n for n in sorted(load_library()) if slate.category(n) is None)
 
@@ -203,7 +203,7 @@ def _kit_batch():
     """Two tasks x PLANS as verl's agent loop lays a batch out, plus the kit's own annotation of each episode."""
     from skillgate_lib.env import SkillSlateEnv, load_tokenizer
     from skillgate_lib.integrations.verl_data import episode_of, verl_rows
-    from skillgate_lib.rollout import Episode, annotate
+    from skillgate_lib.policy.rollout import Episode, annotate
 
     env, tok = SkillSlateEnv(), load_tokenizer()
     rows = verl_rows("easy", n_tasks=2, seed=0)
@@ -355,11 +355,9 @@ def test_the_read_tool_and_parser_insert_what_the_kit_inserts():
     _needs_verl_loop()
     import asyncio
     import json
-
     from types import SimpleNamespace
 
-    from skillgate_lib import regimes
-    from skillgate_lib.env import display_name
+    from skillgate_lib.env import display_name, regimes
     from skillgate_lib.integrations.verl_data import DATA_SOURCE, compute_score, episode_of, verl_rows
     from skillgate_lib.integrations.verl_tool import CALLS_KEY, SkillReadTool, kit_read_calls
 

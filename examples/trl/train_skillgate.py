@@ -38,12 +38,18 @@ from accelerate import PartialState  # noqa: E402
 from peft import LoraConfig  # noqa: E402
 from trl import GRPOConfig  # noqa: E402
 
-from skillgate_lib import cli, logs, methods, regimes  # noqa: E402
+from skillgate_lib import cli, logs, methods  # noqa: E402
 from skillgate_lib.credit import CreditConfig  # noqa: E402
+from skillgate_lib.env import regimes
 from skillgate_lib.integrations.trl import (  # noqa: E402
-    AUDIT_READ_PATTERN, MetricsJsonl, SkillGateGRPOTrainer, env_dataset, use_kit_chat_format, write_task_table,
+    AUDIT_READ_PATTERN,
+    MetricsJsonl,
+    SkillGateGRPOTrainer,
+    env_dataset,
+    use_kit_chat_format,
+    write_task_table,
 )
-from skillgate_lib.models import load_policy  # noqa: E402
+from skillgate_lib.policy.models import load_policy  # noqa: E402
 from skillgate_lib.seeding import seed_everything  # noqa: E402
 
 
@@ -56,7 +62,7 @@ class Args:
     method: str = "skillgate"
     """a trainable method of skillgate_lib.methods without a supervised term (skillgate, utility, outcome, ...)"""
     regime: str = "easy"
-    """environment preset of skillgate_lib.regimes.REGIMES (step failure, look-alike agreement, horizons)"""
+    """environment preset of skillgate_lib.env.regimes.REGIMES (step failure, look-alike agreement, horizons)"""
     output_dir: str = "runs/trl_skillgate"
     """run directory"""
     n_tasks: int = 64

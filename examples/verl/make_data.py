@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from skillgate_lib import regimes
+from skillgate_lib.env import regimes
 from skillgate_lib.integrations.verl_data import verl_rows
 
 
@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=Path("data/verl"), help="folder for train.parquet and val.parquet")
     p.add_argument("--regime", default="easy", choices=list(regimes.REGIMES),
-                   help="environment preset of skillgate_lib.regimes (step failure, look-alikes, horizons)")
+                   help="environment preset of skillgate_lib.env.regimes (step failure, look-alikes, horizons)")
     p.add_argument("--n-train", type=int, default=20_000, help="training tasks")
     p.add_argument("--n-val", type=int, default=512, help="held-out (eval split) tasks")
     p.add_argument("--seed", type=int, default=0)

@@ -31,7 +31,7 @@ quantile bins):
   L = response tokens): median, IQR, mean; the dilution ratio = median of the shortest bin
   / median of the longest;
 * **Gradient Share** ``grad_weight_sel / grad_weight_all`` where the log holds them (kit runs, from the
-  sampling logits; :mod:`skillgate_lib.gradients`): the name tokens' share of the summed logit-gradient
+  sampling logits; :mod:`skillgate_lib.policy.gradients`): the name tokens' share of the summed logit-gradient
   norms, i.e. of what the update sees rather than of the loss weight; median and IQR by bin, its
   dilution, and the predicted selector-signal ratio SkillGate / outcome-only
   ``(lambda / (1 + lambda)) / (Value x Share)`` from either Share;

@@ -35,7 +35,7 @@ Protocol
   each, drawn from ``rng``).
 
 Character and token bookkeeping: :class:`Read` records the character span of each
-skill name; :func:`skillgate_lib.tokenizer.token_spans` maps it to token ranges.
+skill name; :func:`skillgate_lib.env.tokenizer.token_spans` maps it to token ranges.
 Every structural piece is separated by whitespace, so tokenizing pieces one by
 one (as a rollout inserting tool text does) gives the same tokens as tokenizing
 the whole response with the word-level tokenizer.
@@ -55,10 +55,19 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from ..skills import Skill, Slate, load_library, make_slate
-from .domains import DOMAINS, VARIANTS, Table, family_tables, lookalike_tables, parse_table, render_table, run_chain
-from .library import SPLITS, in_split
-from .names import display_name, skill_name
+from skillgate_lib.env.domains import (
+    DOMAINS,
+    VARIANTS,
+    Table,
+    family_tables,
+    lookalike_tables,
+    parse_table,
+    render_table,
+    run_chain,
+)
+from skillgate_lib.env.library import SPLITS, in_split
+from skillgate_lib.env.names import display_name, skill_name
+from skillgate_lib.env.skills import Skill, Slate, load_library, make_slate
 
 READ_OPEN, READ_CLOSE = "<read>", "</read>"
 BODY_OPEN, BODY_CLOSE = "<body>", "</body>"
@@ -73,7 +82,7 @@ NOTE_OPEN = ";"
 #: The words of a step line's free note (``step_note``): 32 words that appear nowhere else in
 #: the environment, so a note says nothing about the task, and a demonstration draws each
 #: uniformly (log 32 nats of entropy a word). The embedded tokenizer learns them with the
-#: models trained for notes (:func:`skillgate_lib.tokenizer.extend_tokenizer`).
+#: models trained for notes (:func:`skillgate_lib.env.tokenizer.extend_tokenizer`).
 NOTE_WORDS = tuple(
     "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa "
     "quebec romeo sierra tango uniform victor whiskey xray yankee zulu oak pine elm ash fir yew".split())

@@ -22,8 +22,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from .. import paths
-from .domains import DOMAINS, family_tables, render_table
+from skillgate_lib import paths
+from skillgate_lib.env.domains import DOMAINS, family_tables, render_table
 
 #: Percent of instances (by a hash of the task id) that belong to the eval split.
 EVAL_PERCENT = 20

@@ -10,9 +10,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..skills import Slate, SlateError
-from .domains import VARIANTS
-from .episode import SkillSlateEnv, Task
+from skillgate_lib.env.domains import VARIANTS
+from skillgate_lib.env.episode import SkillSlateEnv, Task
+from skillgate_lib.env.skills import Slate, SlateError
 
 
 def cue_selector(task: Task, slate: Slate) -> str:

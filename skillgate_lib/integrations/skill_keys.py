@@ -51,7 +51,7 @@ class SkillIndex:
 
     @classmethod
     def of_library(cls, library: Mapping[str, Any], where: str = "library") -> "SkillIndex":
-        """The index of a skill library (name -> an object with a ``path``, as :func:`skillgate_lib.skills.load_library` gives)."""
+        """The index of a skill library (name -> an object with a ``path``, as :func:`skillgate_lib.env.skills.load_library` gives)."""
         files = {n: Path(getattr(s, "path")) for n, s in library.items() if getattr(s, "path", None) is not None}
         return cls(library, files, where)
 

@@ -179,7 +179,7 @@ class SkillGateGRPOTrainer(GRPOTrainer):
             raise ValueError(f"credit {credit!r} is a results-only row; choose one of: {', '.join(methods.trainable())}")
         if method.supervised_term or method.separate_finetune:
             raise ValueError(f"credit {credit!r} needs the kit's supervised selector loss, which TRL's GRPO loss lacks; "
-                             "use skillgate_lib.train for it")
+                             "use skillgate_lib.runs.train for it")
         refusals = {
             "loss_type": (a.loss_type, ("dapo",)),
             "importance_sampling_level": (a.importance_sampling_level, ("token",)),

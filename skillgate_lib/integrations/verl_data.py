@@ -5,7 +5,7 @@ reward_model {style, ground_truth}, extra_info}``; its reward managers call
 ``compute_score(data_source, solution_str, ground_truth, extra_info)`` on each decoded
 response. :func:`verl_rows` writes a task's content and its slate into ``extra_info``
 (``skill_names`` / ``skill_categories``: what the SkillGate reward manager categorises
-reads by) and the environment's regime (:mod:`skillgate_lib.regimes`), and
+reads by) and the environment's regime (:mod:`skillgate_lib.env.regimes`), and
 :func:`compute_score` rebuilds the task and slate from it and returns the verdict of that
 regime's environment, so no state crosses verl's Ray workers. The same episode fields ride
 in ``extra_info.tools_kwargs.read.create_kwargs``, which verl's tool agent loop hands the
@@ -18,11 +18,10 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any, Mapping
 
-from skillgate_lib import regimes
-from skillgate_lib.env import SkillSlateEnv, Task
+from skillgate_lib.env import SkillSlateEnv, Task, regimes
+from skillgate_lib.env.skills import Candidate, Slate
 from skillgate_lib.integrations.kit_chat import READ_TOOL
 from skillgate_lib.integrations.skill_keys import SkillIndex
-from skillgate_lib.skills import Candidate, Slate
 
 DATA_SOURCE = "skillgate"
 TASK_FIELDS = ("domain", "family", "variant", "start", "horizon")

@@ -35,8 +35,8 @@ from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
 from skillgate_lib.integrations import ReadFormat, SkillIndex
-from skillgate_lib.integrations.serving import serve_read
 from skillgate_lib.integrations.kit_chat import READ_TOOL
+from skillgate_lib.integrations.serving import serve_read
 from skillgate_lib.integrations.verl_data import episode_of, regime_env
 
 PARSER = "skillgate_read"

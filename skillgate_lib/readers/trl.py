@@ -16,10 +16,10 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 
-from skillgate_lib.readers.files import read_parquet
-from skillgate_lib.readers.problems import Problems
 from skillgate_lib.readers import fields
 from skillgate_lib.readers.fields import BadValue
+from skillgate_lib.readers.files import read_parquet
+from skillgate_lib.readers.problems import Problems
 from skillgate_lib.readers.rows import ReaderOptions, finish, rows_of, text_row
 from skillgate_lib.readers.tokenizers import make_tokenizer
 

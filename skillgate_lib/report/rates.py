@@ -1,6 +1,6 @@
 """Reading the rate study back: each run's speed, the speed ratio per regime and optimizer, and what predicts it.
 
-The study and its measure are :mod:`skillgate_lib.speed`. This module reads the committed
+The study and its measure are :mod:`skillgate_lib.runs.speed`. This module reads the committed
 studies under ``data/runs/speed/<regime>[-<optimizer>]/`` and computes, fixed before the runs:
 
 * per study, the two arms at their chosen step sizes, paired by seed: each arm's mean slope
@@ -24,15 +24,69 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import logs, paths
-from .audit.stats import t_interval
-from .speed import run_name, speed_measures
+from skillgate_lib import logs, paths
+from skillgate_lib.audit.stats import t_interval
 
+#: Steps the primary measure spans (evaluations at 0, 5, ..., 25).
+SLOPE_STEPS = 25
 #: Where the committed rate studies live.
 SPEED_DIR = paths.DATA_DIR / "runs" / "speed"
 #: The doses a predicted ratio is computed from: column of the rate table -> label.
 PREDICTORS = {"pred_share": "loss-weight Share", "pred_gshare": "Gradient Share",
               "pred_summed": "summed-gradient share"}
+
+
+def run_name(method: str, lr: float, seed: int) -> str:
+    return f"{method}-lr{lr:g}-seed{seed}"
+
+
+def _logit(p: np.ndarray, n: int) -> np.ndarray:
+    p = np.clip(np.asarray(p, dtype=float), 0.5 / n, 1 - 0.5 / n)
+    return np.log(p / (1 - p))
+
+
+def _slope(x, y) -> float:
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if len(x) < 2:
+        return float("nan")
+    return float(np.polyfit(x, y, 1)[0])
+
+
+def half_gap_step(steps, rates) -> float:
+    """The first step at which ``rates`` closes half of its first value's gap to 1 (linear between points);
+    ``inf`` when it never does."""
+    steps, rates = np.asarray(steps, dtype=float), np.asarray(rates, dtype=float)
+    target = rates[0] + (1 - rates[0]) / 2
+    for i in range(1, len(rates)):
+        if rates[i] >= target:
+            a, b = rates[i - 1], rates[i]
+            return float(steps[i - 1] + (steps[i] - steps[i - 1]) * ((target - a) / (b - a) if b > a else 1.0))
+    return float("inf")
+
+
+def speed_measures(run_dir: str | Path, upto: int = SLOPE_STEPS) -> dict:
+    """The rate study's measures of one run, from its ``metrics.jsonl`` (module docstring)."""
+    run_dir = Path(run_dir)
+    cfg = logs.read_config(run_dir)
+    m = logs.read_metrics(run_dir)
+    ev = m[m["split"] == "eval"].sort_values("step")
+    tr = m[m["split"] == "train"].sort_values("step")
+    if ev.empty or ev["step"].iloc[0] != 0:
+        raise ValueError(f"{run_dir}/metrics.jsonl: no step-0 evaluation; the rate study needs one (eval_every divides 0)")
+    n_eval = int(cfg["eval_tasks"])
+    early = ev[ev["step"] <= upto]
+    on = tr[tr["step"] <= upto]
+    n_train = int(cfg["prompts_per_step"]) * int(cfg["group_size"])
+    return {
+        "slope_val": _slope(early["step"], _logit(early["eval/oracle_read"], n_eval)),
+        "slope_onpolicy": _slope(on["step"], _logit(on["train/oracle_read"], n_train)),
+        "half_gap_step": half_gap_step(ev["step"], ev["eval/oracle_read"]),
+        "val_oracle_read_0": float(ev["eval/oracle_read"].iloc[0]),
+        f"val_oracle_read_{upto}": float(early["eval/oracle_read"].iloc[-1]),
+        "val_oracle_read_final": float(ev["eval/oracle_read"].iloc[-1]),
+        "val_success_final": float(ev["eval/success"].iloc[-1]),
+        "steps_done": int(tr["step"].max()) if not tr.empty else 0,
+    }
 
 
 def studies(root: str | Path = SPEED_DIR) -> list[Path]:
@@ -46,7 +100,7 @@ def _plan(study_dir: Path) -> dict:
 
 def run_table(study_dir: str | Path) -> pd.DataFrame:
     """One row per run of a study: method, lr, seed, whether it is at the arm's choice, its speed measures
-    (:func:`skillgate_lib.speed.speed_measures`) and its test record where it has one."""
+    (:func:`skillgate_lib.runs.speed.speed_measures`) and its test record where it has one."""
     study_dir = Path(study_dir)
     plan = _plan(study_dir)
     sel_path = study_dir / "selection.json"
@@ -108,7 +162,7 @@ def rate_table(runs: pd.DataFrame, probes_dir: str | Path = paths.DATA_DIR / "ru
                proxy_csv: str | Path = paths.DATA_DIR / "runs" / "diagnosis" / "gradient_proxy" / "summary.csv",
                selector_coef: float = 0.2) -> pd.DataFrame:
     """One row per study: both arms at their choice, paired by seed, and the predicted ratios (module docstring)."""
-    from .theory import predicted_signal_ratio
+    from skillgate_lib.theory import predicted_signal_ratio
 
     probes, summed = _probes(Path(probes_dir)), _summed_shares(Path(proxy_csv))
     rows = []

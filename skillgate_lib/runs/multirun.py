@@ -5,19 +5,19 @@ rate or lambda. A run's step is mostly decode forwards of 32-64 rows, whose time
 per-forward overhead and to attention over copies of the prompts' keys and values
 (``benchmarks/README.md``). :func:`train_together` steps ``K`` runs in lockstep:
 
-* **Rollouts.** Each step's draws of every run (:func:`skillgate_lib.train.sampling_rounds`:
+* **Rollouts.** Each step's draws of every run (:func:`skillgate_lib.runs.train.sampling_rounds`:
   dynamic sampling asks for a second draw only in the runs that need one) are decoded in one
-  loop by :class:`~skillgate_lib.decoder.MultiLlama`: one forward for all runs' rows, each row
+  loop by :class:`~skillgate_lib.policy.decoder.MultiLlama`: one forward for all runs' rows, each row
   with its own run's LoRA factors, each distinct prompt's keys and values held once. Every run
   samples its own rows from its own generator, seeded by ``(seed, step)`` as alone, in the
-  order and number its own batch would hold (:func:`skillgate_lib.rollout.decode`).
+  order and number its own batch would hold (:func:`skillgate_lib.policy.rollout.decode`).
 * **Evaluations.** Per run, as alone (bit for bit): batched, 128 distinct prompts a run, the
   decode's keys and values outgrow the caches and a batch of 2 or 4 runs took longer than the
   runs one after another (``benchmarks/README.md``).
-* **Updates.** Per run, with the trainer's own code (:func:`skillgate_lib.train.grpo_update`)
+* **Updates.** Per run, with the trainer's own code (:func:`skillgate_lib.runs.train.grpo_update`)
   on the run's own model, optimizer, credit and skill values.
 
-Each run writes exactly what :func:`skillgate_lib.train.train` writes (``config.json``,
+Each run writes exactly what :func:`skillgate_lib.runs.train.train` writes (``config.json``,
 ``metrics.jsonl``, trajectories, checkpoints, adapter) and resumes from its checkpoint alike.
 What differs is the rounding of the sampling logits (the batched decoder's arithmetic is not
 bit for bit the model's own), so a run's episodes are the same as alone unless a draw falls
@@ -34,10 +34,10 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from .decoder import MultiLlama, Unsupported
-from .models import load_policy
-from .rollout import Episode, Segment, decode, generate
-from .train import Run, TrainConfig, grpo_update, sampling_rounds, sft_step
+from skillgate_lib.policy.decoder import MultiLlama, Unsupported
+from skillgate_lib.policy.models import load_policy
+from skillgate_lib.policy.rollout import Episode, Segment, decode, generate
+from skillgate_lib.runs.train import Run, TrainConfig, grpo_update, sampling_rounds, sft_step
 
 #: Settings the runs trained together must share: the model and what shapes their batches.
 SHARED = ("model", "device", "bf16", "threads", "max_new_tokens", "temperature")
@@ -61,8 +61,8 @@ def generate_together(models: list, tokenizer, segments: list[Segment], max_new_
                       temperature: float) -> list[list[Episode]]:
     """Segment ``k`` rolled out by ``models[k]``, all in one batch; scored episodes per segment.
 
-    The models are LoRA-wrapped copies of one base model (:class:`~skillgate_lib.decoder.MultiLlama`);
-    any other set is rolled out one segment after another with :func:`~skillgate_lib.rollout.generate`.
+    The models are LoRA-wrapped copies of one base model (:class:`~skillgate_lib.policy.decoder.MultiLlama`);
+    any other set is rolled out one segment after another with :func:`~skillgate_lib.policy.rollout.generate`.
     """
     for m in models:
         m.eval()
@@ -76,7 +76,7 @@ def generate_together(models: list, tokenizer, segments: list[Segment], max_new_
 
 
 def sample_together(runs: list[Run], step: int) -> list[tuple]:
-    """Each run's :func:`~skillgate_lib.train.sample_batch` triple of step ``step``, the draws rolled out together."""
+    """Each run's :func:`~skillgate_lib.runs.train.sample_batch` triple of step ``step``, the draws rolled out together."""
     tokenizer, cfg = runs[0].tokenizer, runs[0].cfg
     rounds = [sampling_rounds(r.env, r.cfg, step, tokenizer.pad_token_id) for r in runs]
     requests = {k: next(g) for k, g in enumerate(rounds)}
@@ -98,10 +98,10 @@ def sample_together(runs: list[Run], step: int) -> list[tuple]:
 
 
 def train_together(cfgs: list[TrainConfig], resume: bool | list[bool] = False, progress: bool = False) -> list[pd.DataFrame]:
-    """Train the runs ``cfgs`` together (module docstring); each run's metrics table, as :func:`~skillgate_lib.train.train`
+    """Train the runs ``cfgs`` together (module docstring); each run's metrics table, as :func:`~skillgate_lib.runs.train.train`
     returns it.
 
-    ``resume``: as :func:`~skillgate_lib.train.train`'s, for every run or one flag per run (each continues from its
+    ``resume``: as :func:`~skillgate_lib.runs.train.train`'s, for every run or one flag per run (each continues from its
     own checkpoint). The runs may differ in every setting but :data:`SHARED`; the ones with fewer steps finish first.
     """
     from tqdm.auto import tqdm

@@ -4,7 +4,7 @@ One code path for every model (``--model tiny``, ``smollm2-135m``, or a Hugging 
 id / local path): :func:`train` rolls out G trajectories per prompt, assigns credit
 with an assigner from :data:`skillgate_lib.credit.ASSIGNERS`, takes a clipped
 policy-gradient step on the LoRA weights, evaluates on held-out tasks
-(:mod:`skillgate_lib.evaluate`) and writes the run artifacts of :mod:`skillgate_lib.logs`
+(:mod:`skillgate_lib.runs.evaluate`) and writes the run artifacts of :mod:`skillgate_lib.logs`
 plus the final adapter (``run_dir/adapter``).
 
 Seeding: every random draw of step ``s`` comes from generators seeded with
@@ -32,14 +32,16 @@ import torch
 from tqdm.auto import tqdm
 
 from skillgate_lib import credit as credit_lib
-from skillgate_lib import devices, logs, methods, optimizers, paths, regimes, tracking
-from skillgate_lib.batching import pack, response_logprobs
+from skillgate_lib import logs, methods, paths
 from skillgate_lib.cli import add_fields, from_args
-from skillgate_lib.env import READ_CLOSE, READ_OPEN, SkillSlateEnv, display_name, token_spans
-from skillgate_lib.evaluate import EVAL_SEED, evaluate, summarize
-from skillgate_lib.models import load_policy, model_fingerprint
-from skillgate_lib.records import credit_inputs, episode_rows, group_sample
-from skillgate_lib.rollout import Episode, generate
+from skillgate_lib.env import READ_CLOSE, READ_OPEN, SkillSlateEnv, display_name, regimes, token_spans
+from skillgate_lib.policy import devices
+from skillgate_lib.policy.batching import pack, response_logprobs
+from skillgate_lib.policy.models import load_policy, model_fingerprint
+from skillgate_lib.policy.rollout import Episode, generate
+from skillgate_lib.runs import optimizers, tracking
+from skillgate_lib.runs.evaluate import EVAL_SEED, evaluate, summarize
+from skillgate_lib.runs.records import credit_inputs, episode_rows, group_sample
 from skillgate_lib.seeding import seed_everything, stream_seed
 
 # --------------------------------------------------------------------------- GRPO
@@ -94,7 +96,7 @@ class TrainConfig:
     max_new_tokens: int | None = None
     """Cap on response tokens, policy + environment (default: the regime's)."""
     regime: str = "easy"
-    """Environment preset of skillgate_lib.regimes.REGIMES; the knobs below override it when given."""
+    """Environment preset of skillgate_lib.env.regimes.REGIMES; the knobs below override it when given."""
     step_failure: float | None = None
     """Injected per-step failure probability, in training and evaluation alike (default: the regime's)."""
     lookalike_agreement: float | None = None
@@ -183,7 +185,7 @@ class Trainable(NamedTuple):
     params: list[torch.nn.Parameter]
     """The trainable (LoRA) parameters."""
     opt: torch.optim.Optimizer
-    """The run's optimizer over ``params`` (:mod:`skillgate_lib.optimizers`; AdamW by default, no weight decay)."""
+    """The run's optimizer over ``params`` (:mod:`skillgate_lib.runs.optimizers`; AdamW by default, no weight decay)."""
     ccfg: credit_lib.CreditConfig
     """The credit settings of the run."""
     skill_values: credit_lib.SkillValues | None
@@ -311,7 +313,7 @@ def sample_batch(model, tokenizer, env: SkillSlateEnv, cfg: TrainConfig,
                  step: int) -> tuple[list[Episode], list[Episode], dict]:
     """``(rollouts to train on, every rollout drawn, counts of what was drawn)`` of one GRPO step.
 
-    The draws of :func:`sampling_rounds`, each rolled out by :func:`~skillgate_lib.rollout.generate` on ``model``.
+    The draws of :func:`sampling_rounds`, each rolled out by :func:`~skillgate_lib.policy.rollout.generate` on ``model``.
     """
     rounds = sampling_rounds(env, cfg, step, tokenizer.pad_token_id)
     request = next(rounds)
@@ -332,7 +334,7 @@ def sampling_rounds(env: SkillSlateEnv, cfg: TrainConfig, step: int, pad: int):
     items to roll out, the sampling generator and the scoring generator, seeded from
     ``(cfg.seed, step)``. Receives ``(episodes of that draw, seconds they took)``. Returns (as
     ``StopIteration.value``) ``(rollouts to train on, every rollout drawn, counts of what was drawn)``.
-    :func:`sample_batch` rolls a request out at once; :mod:`skillgate_lib.multirun` rolls the
+    :func:`sample_batch` rolls a request out at once; :mod:`skillgate_lib.runs.multirun` rolls the
     requests of several runs out in one batch.
 
     Without ``filter_groups``: one draw of ``prompts_per_step`` groups. With it (the
@@ -522,7 +524,7 @@ class Run:
     Opening a run checks its directory (an existing run without ``resume``, other settings
     on resume), seeds, loads the policy (or takes ``policy = (base model, tokenizer)``,
     which LoRA then wraps in place), restores the checkpoint and writes ``config.json``.
-    :mod:`skillgate_lib.multirun` opens several and steps them together; each writes what
+    :mod:`skillgate_lib.runs.multirun` opens several and steps them together; each writes what
     :func:`train` writes.
     """
 

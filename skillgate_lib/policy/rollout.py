@@ -12,9 +12,9 @@ One decode loop serves every sequence in the batch with a KV cache:
   marked as environment tokens and carry no loss.
 * Sequences that have ended leave the batch (their cache rows are dropped) once a quarter of
   the batch has ended, so the last long episodes do not drag finished ones along.
-* Each policy token's gradient weight ``g`` (:func:`skillgate_lib.gradients.logit_grad_norm`) is read off the logits the
+* Each policy token's gradient weight ``g`` (:func:`skillgate_lib.policy.gradients.logit_grad_norm`) is read off the logits the
   token was sampled from, so the audit's Gradient Share costs no extra forward.
-* The forward passes run in :mod:`skillgate_lib.decoder`: for the embedded Llama a lean
+* The forward passes run in :mod:`skillgate_lib.policy.decoder`: for the embedded Llama a lean
   decoder (preallocated cache, no per-module overhead) whose logits equal the model's own bit
   for bit, for any other model the model's own forward.
 
@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 import torch
 
 from skillgate_lib.credit import ReadSpan
-from skillgate_lib.decoder import make_decoder
-from skillgate_lib.gradients import logit_grad_norm
 from skillgate_lib.env import Outcome, SkillSlateEnv, Task, token_spans
-from skillgate_lib.skills import Slate
+from skillgate_lib.env.skills import Slate
+from skillgate_lib.policy.decoder import make_decoder
+from skillgate_lib.policy.gradients import logit_grad_norm
 
 _READ_CALL = re.compile(r"<read>.*?</read>", re.S)
 
@@ -53,7 +53,7 @@ class Episode:
     read_spans: list[ReadSpan] = field(default_factory=list)
     read_names: list[str] = field(default_factory=list)
     grad_norms: list[float] = field(default_factory=list)
-    """Per response token: :func:`~skillgate_lib.gradients.logit_grad_norm` of a policy token (from the logits it
+    """Per response token: :func:`~skillgate_lib.policy.gradients.logit_grad_norm` of a policy token (from the logits it
     was sampled from), 0.0 for an environment token."""
 
     @property
@@ -168,7 +168,7 @@ def generate(
     Sampling draws from ``generator`` only, so a seeded generator gives the same
     episodes on CPU. ``max_new_tokens`` caps the whole response (policy and
     environment tokens; an insertion is cut at the cap), which ends runaway episodes.
-    ``lean`` runs the forward passes with :class:`~skillgate_lib.decoder.LeanLlama` when the
+    ``lean`` runs the forward passes with :class:`~skillgate_lib.policy.decoder.LeanLlama` when the
     model is one it reproduces bit for bit (the embedded Llama), else with the model's own
     forward; both give the same episodes. ``stats``, when given, receives ``prefill_rows``
     (distinct prompts run), ``decode_forwards`` (forward passes after the prefill) and
@@ -200,10 +200,10 @@ def decode(open_decoder, tokenizer, segments: list[Segment], max_new_tokens: int
            stats: dict | None = None, min_new_tokens: int = 0) -> list[list[Episode]]:
     """The decode loop of :func:`generate` over one batch that holds several segments; scored episodes per segment.
 
-    ``open_decoder(runs)`` gives the decoder (:mod:`skillgate_lib.decoder`) of the batch, where
+    ``open_decoder(runs)`` gives the decoder (:mod:`skillgate_lib.policy.decoder`) of the batch, where
     ``runs`` (one entry per distinct prompt) names the segment each prompt belongs to. A
     distinct prompt is one prompt text of one segment: segments never share a cache row, as
-    each may sample with other weights (:class:`~skillgate_lib.decoder.MultiLlama`).
+    each may sample with other weights (:class:`~skillgate_lib.policy.decoder.MultiLlama`).
 
     A segment's tokens come from its own generator, sampled from the logits of its own rows in
     the order and number a batch of that segment alone would hold: its rows leave its sample

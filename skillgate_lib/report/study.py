@@ -1,4 +1,4 @@
-"""Reading a study back (:mod:`skillgate_lib.study`): test-set table with intervals, paired differences.
+"""Reading a study back (:mod:`skillgate_lib.runs.study`): test-set table with intervals, paired differences.
 
 A study directory holds ``plan.json``, ``selection.json``, one folder per run and
 ``warmstart/test.json``. Everything here reads those files and imports no trainer, so the

@@ -3,7 +3,7 @@
 A *method* is an entry of :data:`skillgate_lib.methods.METHODS`: the credit assigner it
 trains with and its other settings (``skill_free``: outcome-only GRPO with no slate in the
 prompt and reads disabled, what RL does without skills). Reading the runs back (which
-evaluations a run reports, the ``sft`` rows) is :mod:`skillgate_lib.results`; its readers
+evaluations a run reports, the ``sft`` rows) is :mod:`skillgate_lib.report.results`; its readers
 are re-exported here because :func:`compare` returns their tables.
 """
 
@@ -18,12 +18,13 @@ import time
 from pathlib import Path
 
 import pandas as pd
-from .notebooks import progress_bar  # a widget in the lab, text lines in a terminal or a headless run
 
-from . import logs, methods as methods_lib, paths
-from .results import final_metrics, learning_curves, selected_runs  # noqa: F401
-from .cli import add_fields
-from .train import TrainConfig, check_resume_config, train
+from skillgate_lib import logs, paths
+from skillgate_lib import methods as methods_lib
+from skillgate_lib.cli import add_fields
+from skillgate_lib.notebooks import progress_bar  # a widget in the lab, text lines in a terminal or a headless run
+from skillgate_lib.report.results import final_metrics
+from skillgate_lib.runs.train import TrainConfig, check_resume_config, train
 
 
 def method_config(method: str, seed: int, run_dir: str | Path, **overrides) -> TrainConfig:
@@ -52,12 +53,12 @@ def _steps_done(run_dir: Path) -> int:
     return done
 
 
-def _run_all(configs: list[TrainConfig], workers: int, resume: bool, progress: bool, desc: str,
+def train_all(configs: list[TrainConfig], workers: int, resume: bool, progress: bool, desc: str,
              together: int = 1) -> None:
     """Train ``configs`` in ``workers`` spawned processes; a finished run (final adapter saved) is skipped.
 
     ``together > 1``: the runs are dealt into groups of at most ``together`` (at least one group
-    per worker), each trained in one process by :func:`skillgate_lib.multirun.train_together`;
+    per worker), each trained in one process by :func:`skillgate_lib.runs.multirun.train_together`;
     1: each run alone in its process. The progress bar counts GRPO steps over every run (read
     from the runs' logs every couple of seconds), so its rate and ETA cover the whole batch of runs.
     """
@@ -105,18 +106,18 @@ def compare(methods=None, seeds=(0, 1, 2), out_dir: str | Path = paths.BUILD_DIR
     threads = max(1, (os.cpu_count() or 2) // workers)
     if not lrs:
         configs = [method_config(m, s, out_dir / run_name(m, s), threads=threads, **overrides) for m in methods for s in seeds]
-        _run_all(configs, workers, resume, progress, "comparison runs")
+        train_all(configs, workers, resume, progress, "comparison runs")
         return final_metrics(out_dir)
     overrides.pop("lr", None)
     first, rest = seeds[0], seeds[1:]
     search = [method_config(m, first, out_dir / run_name(m, first, lr), threads=threads, lr=lr, **overrides)
               for m in methods for lr in lrs]
-    _run_all(search, workers, resume, progress, f"lr search (seed {first})")
+    train_all(search, workers, resume, progress, f"lr search (seed {first})")
     chosen = select_lrs(out_dir, methods, lrs, first)
     (out_dir / "lr_selection.json").write_text(json.dumps(chosen, indent=1) + "\n")
     configs = [method_config(m, s, out_dir / run_name(m, s, chosen[m]["lr"]), threads=threads, lr=chosen[m]["lr"],
                              **overrides) for m in methods for s in rest]
-    _run_all(configs, workers, resume, progress, "seeds")
+    train_all(configs, workers, resume, progress, "seeds")
     return final_metrics(out_dir, selected_only=True)
 
 
@@ -142,7 +143,7 @@ def _train_quietly(cfgs: list[TrainConfig], resume: bool, methods: list[methods_
     if len(cfgs) == 1:
         train(cfgs[0], progress=False, resume=resumes[0])
     else:
-        from .multirun import train_together
+        from skillgate_lib.runs.multirun import train_together
 
         train_together(cfgs, resume=resumes)
 

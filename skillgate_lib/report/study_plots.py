@@ -1,7 +1,7 @@
 """The powered comparison's figures (notebook 04): the test-set table as intervals, the
 validation curves that fixed the step count, and the dose-response across regimes.
 
-Inputs are the tables of :mod:`skillgate_lib.study_report`; style, colours and ``savefig``
+Inputs are the tables of :mod:`skillgate_lib.report.study`; style, colours and ``savefig``
 are :mod:`skillgate_lib.plots`'.
 """
 
@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import PercentFormatter
 
-from skillgate_lib.plots import METHOD_COLORS, WIDTH, _legend_below, method_label
+from skillgate_lib.plots import METHOD_COLORS, WIDTH, legend_below, method_label
 
 _RATES = (("success", "success"), ("oracle_read", "oracle-read"))
 
@@ -38,7 +38,7 @@ def rates_and_differences(table: pd.DataFrame, diffs: pd.DataFrame, method: str 
     right.axvline(0, color=METHOD_COLORS.get(method, "C0"), lw=1)
     right.set(xlabel=f"{method_label(method)} minus the row (pp)")
     right.set_title("paired by seed, [95 % interval]", fontsize=11)
-    _legend_below(fig, [left], ncol=2)
+    legend_below(fig, [left], ncol=2)
     return fig
 
 

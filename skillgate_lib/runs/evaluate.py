@@ -42,11 +42,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from . import devices
-from .devices import add_device_arguments
-from .env import SkillSlateEnv
-from .rollout import Episode, generate
-from .seeding import stream_seed
+from skillgate_lib.env import SkillSlateEnv
+from skillgate_lib.policy import devices
+from skillgate_lib.policy.devices import add_device_arguments
+from skillgate_lib.policy.rollout import Episode, generate
+from skillgate_lib.seeding import stream_seed
 
 #: Held-out evaluation instances are the same for every run, seed and method.
 EVAL_SEED = 10_007
@@ -126,8 +126,8 @@ def load_adapter(run_dir: str | Path, model_spec: str | None = None):
     """``(model, tokenizer, run config)``: a run's base model with its final LoRA adapter (``run_dir/adapter``)."""
     from peft import PeftModel
 
-    from .logs import read_config
-    from .models import load_policy, model_fingerprint
+    from skillgate_lib.logs import read_config
+    from skillgate_lib.policy.models import load_policy, model_fingerprint
 
     run_dir = Path(run_dir)
     if not (run_dir / "adapter" / "adapter_config.json").exists():
@@ -153,7 +153,7 @@ def evaluate_main(argv: list[str] | None = None) -> int:
                         help="held-out set: the whole pool, its validation part or its test part; or train, the "
                         "training chains, for the generalisation gap (default: eval)")
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature; 0 = greedy (default: 1)")
-    parser.add_argument("--regime", help="environment preset of skillgate_lib.regimes (default: the run's with "
+    parser.add_argument("--regime", help="environment preset of skillgate_lib.env.regimes (default: the run's with "
                         "--adapter, else easy)")
     parser.add_argument("--step-failure", type=float, help="injected per-step failure (default: the regime's)")
     parser.add_argument("--domains", nargs="+", help="evaluate on these domains only")
@@ -164,14 +164,14 @@ def evaluate_main(argv: list[str] | None = None) -> int:
     if args.tasks < 1:
         parser.error(f"--tasks must be >= 1, got {args.tasks}")
     torch.set_num_threads(args.threads)
-    from . import regimes
+    from skillgate_lib.env import regimes
 
     config: dict = {}
     if args.adapter is not None:
         model, tokenizer, config = load_adapter(args.adapter, args.model)
         label = f"{args.adapter} (adapter)"
     else:
-        from .models import load_policy
+        from skillgate_lib.policy.models import load_policy
 
         model, tokenizer = load_policy(args.model or "tiny")
         label = args.model or "tiny"

@@ -17,7 +17,7 @@ study resumed with another plan is refused.
 
 The reported seeds include the search seeds, whose runs helped choose the value; every
 method has the same number of values and search seeds, so that selection acts alike on all.
-Reading a study back (tables, paired differences) is :mod:`skillgate_lib.study_report`.
+Reading a study back (tables, paired differences) is :mod:`skillgate_lib.report.study`.
 
 Command line::
 
@@ -26,7 +26,7 @@ Command line::
     python -m skillgate_lib study --plan sweep --regime easy --from data/runs/study/paper --out-dir ...
 
 Runs train in groups of ``--together`` (default 8) in each worker, their rollouts decoded in
-one batch (:mod:`skillgate_lib.multirun`: the same numbers up to the rounding of the sampling
+one batch (:mod:`skillgate_lib.runs.multirun`: the same numbers up to the rounding of the sampling
 logits); ``--together 1`` trains each run alone, as before.
 """
 
@@ -42,11 +42,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .notebooks import progress_bar
-
-from . import logs, methods as methods_lib, paths
-from .compare import _run_all
-from .train import TrainConfig
+from skillgate_lib import logs, paths
+from skillgate_lib import methods as methods_lib
+from skillgate_lib.notebooks import progress_bar
+from skillgate_lib.runs.compare import train_all
+from skillgate_lib.runs.train import TrainConfig
 
 
 @dataclass(frozen=True)
@@ -166,9 +166,10 @@ def evaluate_on_test(run_dir: str | Path, regime: str, n: int, model: str | None
     """A run's final adapter (or ``model`` alone) on ``n`` test instances of ``regime``: the ``test.json`` record."""
     import torch
 
-    from . import devices, regimes
-    from .evaluate import evaluate, load_adapter, summarize
-    from .models import load_policy
+    from skillgate_lib.env import regimes
+    from skillgate_lib.policy import devices
+    from skillgate_lib.policy.models import load_policy
+    from skillgate_lib.runs.evaluate import evaluate, load_adapter, summarize
 
     torch.set_num_threads(threads)
     if model is None:
@@ -188,10 +189,10 @@ def _test_eval(run_dir: str, regime: str, n: int, model: str | None, threads: in
     """:func:`evaluate_on_test`, written atomically to ``run_dir/test.json``."""
     record = evaluate_on_test(run_dir, regime, n, model, threads, device)
     Path(run_dir).mkdir(parents=True, exist_ok=True)
-    logs._atomic_write_bytes(Path(run_dir) / "test.json", (json.dumps(record, indent=1) + "\n").encode())
+    logs.atomic_write_bytes(Path(run_dir) / "test.json", (json.dumps(record, indent=1) + "\n").encode())
 
 
-def _test_all(jobs: list[tuple], workers: int, progress: bool) -> None:
+def write_test_records(jobs: list[tuple], workers: int, progress: bool) -> None:
     todo = [j for j in jobs if not (Path(j[0]) / "test.json").exists()]
     if not todo:
         return
@@ -201,8 +202,9 @@ def _test_all(jobs: list[tuple], workers: int, progress: bool) -> None:
             fut.result()
 
 
-def _check_plan(plan: Plan, out_dir: Path) -> None:
-    """Write ``plan.json`` on the first call; afterwards refuse any other plan (the protocol is fixed up front)."""
+def check_plan(plan, out_dir: Path) -> None:
+    """Write ``plan.json`` (``plan.to_json()``) on the first call; afterwards refuse any other plan (the protocol is
+    fixed up front)."""
     path = out_dir / "plan.json"
     if path.exists():
         old = json.loads(path.read_text())
@@ -238,7 +240,7 @@ def estimate_minutes(plan: Plan, workers: int, step_s: dict[str, float] | None =
     return (train + tests) / workers / 60
 
 
-#: Runs trained together in one worker by default (:mod:`skillgate_lib.multirun`); 1 is the runner before it.
+#: Runs trained together in one worker by default (:mod:`skillgate_lib.runs.multirun`); 1 is the runner before it.
 TOGETHER = 8
 
 
@@ -246,14 +248,14 @@ def run_study(plan: Plan, out_dir: str | Path, workers: int = 2, progress: bool 
               together: int = TOGETHER) -> dict:
     """Run (or resume) ``plan`` under ``out_dir``; returns the selection. Finished runs and tests are skipped.
 
-    ``together``: runs trained together in one worker (:func:`skillgate_lib.multirun.train_together`: the same
+    ``together``: runs trained together in one worker (:func:`skillgate_lib.runs.multirun.train_together`: the same
     numbers up to the rounding of the sampling logits); 1 trains each run alone, as before.
     """
     out_dir = Path(out_dir)
-    _check_plan(plan, out_dir)
+    check_plan(plan, out_dir)
     threads = max(1, (os.cpu_count() or 2) // workers)
     search = [plan.config(a, v, s, out_dir, threads, device) for a in plan.arms for v in a.values for s in plan.search_seeds]
-    _run_all(search, workers, False, progress, f"{plan.name}: search", together)
+    train_all(search, workers, False, progress, f"{plan.name}: search", together)
     chosen = select(plan, out_dir)
     sel = out_dir / "selection.json"
     if sel.exists() and json.loads(sel.read_text()) != json.loads(json.dumps(chosen)):
@@ -261,10 +263,10 @@ def run_study(plan: Plan, out_dir: str | Path, workers: int = 2, progress: bool 
     sel.write_text(json.dumps(chosen, indent=1) + "\n")
     more = [plan.config(a, chosen[a.method]["value"], s, out_dir, threads, device)
             for a in plan.arms for s in _seeds(plan, a) if s not in plan.search_seeds]
-    _run_all(more, workers, False, progress, f"{plan.name}: seeds", together)
+    train_all(more, workers, False, progress, f"{plan.name}: seeds", together)
     jobs = [(str(p), plan.regime, plan.test_tasks, None, threads, device) for p in selected_runs(plan, out_dir, chosen)]
     jobs.append((str(out_dir / "warmstart"), plan.regime, plan.test_tasks, plan.model, threads, device))
-    _test_all(jobs, workers, progress)
+    write_test_records(jobs, workers, progress)
     return chosen
 
 
@@ -276,7 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plan", choices=[*PLANS, "sweep"], default="paper",
                    help="paper: the table in the paper regime; sweep: outcome vs SkillGate in --regime at the "
                         "values the study in --from chose")
-    p.add_argument("--regime", help="the sweep's regime (skillgate_lib.regimes)")
+    p.add_argument("--regime", help="the sweep's regime (skillgate_lib.env.regimes)")
     p.add_argument("--from", dest="source", type=Path, help="a finished study whose selection.json the sweep uses")
     p.add_argument("--seeds", type=int, default=8, help="seeds per method of a sweep (default: 8)")
     p.add_argument("--model", default="tiny", help="the warm start a sweep trains from (default: tiny)")

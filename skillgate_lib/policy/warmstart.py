@@ -34,14 +34,15 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from . import devices, logs, paths
-from .batching import pack, response_logits
-from .cli import add_fields, from_args
-from .env import NOTE_OPEN, SkillSlateEnv, load_tokenizer, mixed_reads
-from .tokenizer import extend_tokenizer
-from .models import LOAD_KWARGS, tiny_llama
-from .rollout import Episode
-from .seeding import seed_everything, stream_seed
+from skillgate_lib import logs, paths
+from skillgate_lib.cli import add_fields, from_args
+from skillgate_lib.env import NOTE_OPEN, SkillSlateEnv, load_tokenizer, mixed_reads
+from skillgate_lib.env.tokenizer import extend_tokenizer
+from skillgate_lib.policy import devices
+from skillgate_lib.policy.batching import pack, response_logits
+from skillgate_lib.policy.models import LOAD_KWARGS, tiny_llama
+from skillgate_lib.policy.rollout import Episode
+from skillgate_lib.seeding import seed_everything, stream_seed
 
 BASE_DIR = paths.DATA_DIR / "models" / "tiny-base"
 TINY_SFT_DIR = paths.DATA_DIR / "models" / "tiny-sft"

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 
 def pack(episodes, pad: int) -> dict[str, torch.Tensor]:
-    """Prompt+response batch of :class:`~skillgate_lib.rollout.Episode` s, responses aligned.
+    """Prompt+response batch of :class:`~skillgate_lib.policy.rollout.Episode` s, responses aligned.
 
     Prompts are left-padded to the longest prompt P and responses right-padded to the
     longest response T, so every response starts at column P and the logits that predict

@@ -33,7 +33,7 @@ from typing import Mapping
 import numpy as np
 import yaml
 
-from . import paths
+from skillgate_lib import paths
 
 SLATE_CATEGORIES = ("oracle", "misleading", "relevant", "irrelevant")
 _NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")

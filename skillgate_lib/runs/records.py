@@ -6,12 +6,12 @@ import dataclasses
 
 import torch
 
-from . import credit as credit_lib
-from .rollout import Episode
+from skillgate_lib import credit as credit_lib
+from skillgate_lib.policy.rollout import Episode
 
 
 def credit_inputs(episodes: list[Episode], batch: dict, skill_values=None) -> credit_lib.CreditInputs:
-    """What a credit assigner reads about ``episodes``, packed as ``batch`` (:func:`~skillgate_lib.batching.pack`)."""
+    """What a credit assigner reads about ``episodes``, packed as ``batch`` (:func:`~skillgate_lib.policy.batching.pack`)."""
     return credit_lib.CreditInputs(
         rewards=torch.tensor([float(e.outcome.reward) for e in episodes], dtype=torch.float64),
         group=torch.tensor([e.group for e in episodes], dtype=torch.long),

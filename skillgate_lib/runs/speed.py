@@ -3,7 +3,7 @@
 Starvation, in the theory, is a *ratio of selector signals*, so what it predicts is a rate:
 how much faster SkillGate learns which skill to read than outcome-only GRPO. This module
 fixes the measure and the protocol before the runs and runs them (reading them back is
-:mod:`skillgate_lib.speed_report`).
+:mod:`skillgate_lib.report.rates`).
 
 **The measure** (:func:`run_speed`). Every run evaluates on ``eval_tasks`` (256) validation
 instances every ``eval_every`` (5) steps and logs the on-policy oracle-read rate of its
@@ -49,8 +49,10 @@ from pathlib import Path
 
 import numpy as np
 
-from . import logs, paths, regimes
-from .train import TrainConfig
+from skillgate_lib import paths
+from skillgate_lib.env import regimes
+from skillgate_lib.report.rates import SLOPE_STEPS, run_name, speed_measures
+from skillgate_lib.runs.train import TrainConfig
 
 #: The warm start each regime of the study trains from (the RL warm start its probe audited).
 MODELS = {"easy": "tiny", "paper": "tiny", "paper_echo_f30": "tiny-echo-one", "paper_note4": "tiny-note4",
@@ -61,10 +63,6 @@ MODELS = {"easy": "tiny", "paper": "tiny", "paper_echo_f30": "tiny-echo-one", "p
 #: below; plain SGD diverged at 30 and was slow at 10 in a pilot; normalised SGD's step length
 #: 0.06 and 0.18 both learnt in that pilot.
 GRIDS = {"adamw": (1e-3, 3e-3, 1e-2), "sgd": (3.0, 10.0, 30.0), "nsgd": (0.06, 0.18, 0.54)}
-
-#: Steps the primary measure spans (evaluations at 0, 5, ..., 25).
-SLOPE_STEPS = 25
-
 
 @dataclass(frozen=True)
 class SpeedPlan:
@@ -108,75 +106,7 @@ def plan_for(regime: str, optimizer: str = "adamw", seeds: int = 8) -> SpeedPlan
     return SpeedPlan(regime, MODELS[regime], optimizer, GRIDS[optimizer], seeds=seeds)
 
 
-def run_name(method: str, lr: float, seed: int) -> str:
-    return f"{method}-lr{lr:g}-seed{seed}"
-
-
-# --------------------------------------------------------------------------- the measure
-
-def _logit(p: np.ndarray, n: int) -> np.ndarray:
-    p = np.clip(np.asarray(p, dtype=float), 0.5 / n, 1 - 0.5 / n)
-    return np.log(p / (1 - p))
-
-
-def _slope(x, y) -> float:
-    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    if len(x) < 2:
-        return float("nan")
-    return float(np.polyfit(x, y, 1)[0])
-
-
-def half_gap_step(steps, rates) -> float:
-    """The first step at which ``rates`` closes half of its first value's gap to 1 (linear between points);
-    ``inf`` when it never does."""
-    steps, rates = np.asarray(steps, dtype=float), np.asarray(rates, dtype=float)
-    target = rates[0] + (1 - rates[0]) / 2
-    for i in range(1, len(rates)):
-        if rates[i] >= target:
-            a, b = rates[i - 1], rates[i]
-            return float(steps[i - 1] + (steps[i] - steps[i - 1]) * ((target - a) / (b - a) if b > a else 1.0))
-    return float("inf")
-
-
-def speed_measures(run_dir: str | Path, upto: int = SLOPE_STEPS) -> dict:
-    """The rate study's measures of one run, from its ``metrics.jsonl`` (module docstring)."""
-    run_dir = Path(run_dir)
-    cfg = logs.read_config(run_dir)
-    m = logs.read_metrics(run_dir)
-    ev = m[m["split"] == "eval"].sort_values("step")
-    tr = m[m["split"] == "train"].sort_values("step")
-    if ev.empty or ev["step"].iloc[0] != 0:
-        raise ValueError(f"{run_dir}/metrics.jsonl: no step-0 evaluation; the rate study needs one (eval_every divides 0)")
-    n_eval = int(cfg["eval_tasks"])
-    early = ev[ev["step"] <= upto]
-    on = tr[tr["step"] <= upto]
-    n_train = int(cfg["prompts_per_step"]) * int(cfg["group_size"])
-    return {
-        "slope_val": _slope(early["step"], _logit(early["eval/oracle_read"], n_eval)),
-        "slope_onpolicy": _slope(on["step"], _logit(on["train/oracle_read"], n_train)),
-        "half_gap_step": half_gap_step(ev["step"], ev["eval/oracle_read"]),
-        "val_oracle_read_0": float(ev["eval/oracle_read"].iloc[0]),
-        f"val_oracle_read_{upto}": float(early["eval/oracle_read"].iloc[-1]),
-        "val_oracle_read_final": float(ev["eval/oracle_read"].iloc[-1]),
-        "val_success_final": float(ev["eval/success"].iloc[-1]),
-        "steps_done": int(tr["step"].max()) if not tr.empty else 0,
-    }
-
-
 # --------------------------------------------------------------------------- running
-
-def _check_plan(plan: SpeedPlan, out_dir: Path) -> None:
-    path = out_dir / "plan.json"
-    if path.exists():
-        old = json.loads(path.read_text())
-        if old != plan.to_json():
-            diff = sorted(k for k in {*old, *plan.to_json()} if old.get(k) != plan.to_json().get(k))
-            raise ValueError(f"{path}: the study was started with another plan (fields {', '.join(diff)} differ); "
-                             "a plan is fixed before its runs: choose another --out-dir")
-        return
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(plan.to_json(), indent=1) + "\n")
-
 
 def _score(plan: SpeedPlan, out_dir: Path, method: str, lr: float) -> float:
     return float(np.mean([speed_measures(out_dir / run_name(method, lr, s))["slope_val"] for s in plan.search_seeds]))
@@ -195,18 +125,18 @@ def _extend(values: list[float], best: float) -> float | None:
 def run_speed(plan: SpeedPlan, out_dir: str | Path, workers: int = 2, progress: bool = True, device: str = "cpu",
               together: int = 8) -> dict:
     """Run (or resume) ``plan`` under ``out_dir`` (module docstring); returns the selection."""
-    from .compare import _run_all
-    from .study import _test_all
+    from skillgate_lib.runs.compare import train_all
+    from skillgate_lib.runs.study import check_plan, write_test_records
 
     out_dir = Path(out_dir)
-    _check_plan(plan, out_dir)
+    check_plan(plan, out_dir)
     threads = max(1, (os.cpu_count() or 2) // workers)
     grids = {m: list(plan.grid) for m in plan.methods}
     extensions = {m: [] for m in plan.methods}
     while True:
         configs = [plan.config(m, v, s, out_dir, threads, device) for m in plan.methods for v in grids[m]
                    for s in plan.search_seeds]
-        _run_all(configs, workers, False, progress, f"{plan.name}: search", together)
+        train_all(configs, workers, False, progress, f"{plan.name}: search", together)
         grew = False
         for m in plan.methods:
             scores = {v: _score(plan, out_dir, m, v) for v in grids[m]}
@@ -228,12 +158,12 @@ def run_speed(plan: SpeedPlan, out_dir: str | Path, workers: int = 2, progress: 
     first = max(plan.search_seeds) + 1
     further = list(range(first, first + plan.seeds - len(plan.search_seeds)))
     more = [plan.config(m, chosen[m]["value"], s, out_dir, threads, device) for m in plan.methods for s in further]
-    _run_all(more, workers, False, progress, f"{plan.name}: seeds", together)
+    train_all(more, workers, False, progress, f"{plan.name}: seeds", together)
     seeds = [*plan.search_seeds, *further]
     jobs = [(str(out_dir / run_name(m, chosen[m]["value"], s)), plan.regime, plan.test_tasks, None, threads, device)
             for m in plan.methods for s in seeds]
     jobs.append((str(out_dir / "warmstart"), plan.regime, plan.test_tasks, plan.model, threads, device))
-    _test_all(jobs, workers, progress)
+    write_test_records(jobs, workers, progress)
     return chosen
 
 

@@ -1,7 +1,7 @@
 """The generated tables and lines about what the update sees: Gradient Share of the committed audit runs,
 the gradient proxy check, the regime probes, and the README verdict's line on the note regime.
 
-Every number is read from committed files under ``data/runs/`` (:mod:`skillgate_lib.report` renders
+Every number is read from committed files under ``data/runs/`` (:mod:`skillgate_lib.report.docs` renders
 the blocks into the README and ``docs/results.md``).
 """
 
@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from skillgate_lib.report import interval_pp, markdown_table
-
+from skillgate_lib.report.markdown import interval_pp, markdown_table
 
 #: The committed outcome-only audit runs (``data/runs/audit/<regime>-outcome``), in the order the record reads them.
 AUDIT_RUNS = ("paper_note8", "paper_echo_f30", "paper_echo", "paper", "easy")

@@ -2,7 +2,7 @@
 
 Sampling stays on the CPU's random stream whatever the device: the next-token probabilities
 are moved to the CPU and drawn from the run's seeded ``torch.Generator`` there
-(:func:`skillgate_lib.rollout.generate`), so a seed names the same draws on every device, and
+(:func:`skillgate_lib.policy.rollout.generate`), so a seed names the same draws on every device, and
 runs differ between devices only where the logits round differently.
 """
 

@@ -1,4 +1,4 @@
-"""The forward passes of :func:`skillgate_lib.rollout.generate`: the model's own, and a lean one.
+"""The forward passes of :func:`skillgate_lib.policy.rollout.generate`: the model's own, and a lean one.
 
 ``generate`` asks three things of a decoder: run the left-padded distinct prompts
 (``prefill``), keep or copy batch rows (``select``), and run one step of chunks, one per row,
@@ -15,7 +15,7 @@ sampled from. Three decoders answer:
   tests check this with ``torch.equal``); a model it cannot reproduce exactly raises
   :class:`Unsupported`, and :func:`make_decoder` falls back to :class:`HFDecoder`.
 * :class:`MultiLlama` decodes several LoRA runs of one such Llama in one batch, each row with
-  its own run's adapter (:mod:`skillgate_lib.multirun`); equal to each run's own logits up to
+  its own run's adapter (:mod:`skillgate_lib.runs.multirun`); equal to each run's own logits up to
   rounding, not bit for bit.
 
 What the lean path leaves out is the growing cache's ``torch.cat`` (a copy of every key and

@@ -10,7 +10,7 @@ is 0 for a token the policy is sure of and near 1 for one it spreads over many. 
 the name tokens and over all policy tokens it gives the **Gradient Share** that the audit
 reports beside the Share (:mod:`skillgate_lib.logs`, columns ``grad_weight_sel`` /
 ``grad_weight_all``); generation reads ``g`` off the logits it samples from
-(:func:`skillgate_lib.rollout.generate`), so it costs no extra forward.
+(:func:`skillgate_lib.policy.rollout.generate`), so it costs no extra forward.
 
 ``g`` is a proxy: the parameters see ``J^T (e_y - p)`` through the network's Jacobian ``J``.
 :func:`parameter_gradients` measures what it stands for, with one backward pass per token
@@ -51,7 +51,7 @@ def parameter_gradients(model, params: list[torch.nn.Parameter], episodes, pad: 
     """Per-token and per-rollout gradients of ``-log p(y_t)`` with respect to ``params`` (one backward per token).
 
     ``model``: the policy (e.g. the base with fresh LoRA adapters); ``params``: the parameters the
-    update trains; ``episodes``: scored :class:`~skillgate_lib.rollout.Episode` s.
+    update trains; ``episodes``: scored :class:`~skillgate_lib.policy.rollout.Episode` s.
     Returns ``(tokens, rollouts)``:
 
     * ``tokens``: one row per policy token: ``rollout``, ``t`` (response position), ``name``
@@ -63,7 +63,7 @@ def parameter_gradients(model, params: list[torch.nn.Parameter], episodes, pad: 
       per-token parameter-gradient norms), ``sum_sel`` / ``sum_rest`` (norms of the summed
       parameter gradient of the name tokens and of the other policy tokens).
     """
-    from .batching import pack, response_logits
+    from skillgate_lib.policy.batching import pack, response_logits
 
     model.eval()
     tok_rows, roll_rows = [], []
