@@ -32,7 +32,7 @@ assigner                 credit                                                 
                          the oracle; weight ``lambda / (n_active * k_j)``, i.e. ``lambda``
                          shared equally by the batch's active reads, each spreading its share
                          over its name tokens. Supports disjoint (checked).
-``skillgate_tokenmean``  ablation (the kit's earlier ``skillgate``): as ``skillgate``, but the   no
+``skillgate_tokenmean``  ablation: as ``skillgate``, but the                                    no
                          selector channel is ``lambda`` averaged over *all* name tokens,
                          zero-advantage reads included, and no group is filtered
 ``utility``              Skill1-style utility credit: as ``skillgate``, with ``x_j`` the         yes
@@ -59,7 +59,7 @@ for the ``*_nofilter`` ablations). The trainer applies the reference's dynamic s
 whose rewards agree are dropped and fresh prompts drawn), so with the default protocol no
 assigner sees an all-equal group.
 
-One module on purpose (over 400 lines): every assigner beside the channel helpers it
+One module on purpose: every assigner beside the channel helpers it
 shares and the table above, so their formulas are read and compared in one place.
 """
 
@@ -465,7 +465,7 @@ def skillgate(inputs: CreditInputs, cfg: CreditConfig) -> Credit:
 
 
 def skillgate_tokenmean(inputs: CreditInputs, cfg: CreditConfig) -> Credit:
-    """Ablation (the kit's earlier ``skillgate``): ``lambda`` averaged over every name token, no filter.
+    """Ablation: ``lambda`` averaged over every name token, no filter.
 
     Zero-advantage reads keep their share of the selector mean (diluting the active
     reads'), and all-equal groups stay in both channels' means.

@@ -30,7 +30,7 @@ conditions on an event of probability zero (e.g. "given an oracle read" when
 ``p = 0``) is ``nan``, in the closed form and in :func:`simulate` alike.
 The derivations are in ``notebooks/01_credit_starvation_theory.ipynb``.
 
-One module on purpose (over 400 lines): each closed form sits next to the Monte Carlo
+One module on purpose: each closed form sits next to the Monte Carlo
 estimator it is checked against, with the same symbols; splitting them would part each
 formula from its check.
 """

@@ -8,8 +8,8 @@ horizon ``H``; executing a skill is ``H`` chained lookups::
 
 The domains differ in alphabet and size (so each has its own symbols, tables and
 step lines), not in the shape of the procedure: a chained in-context lookup is the
-retrieval a from-scratch ~1 M-parameter model learns on a CPU (issue 10 measured
-that per-skill arithmetic memorised in weights is not).
+retrieval a from-scratch ~1 M-parameter model learns on a CPU (per-skill arithmetic
+memorised in weights is not; ``docs/results.md``).
 
 Tables are built so that selection matters at every horizon: within a family the
 six variants' tables disagree on *every* key (``table_v(x) = sigma(x + o_v)`` with

@@ -40,7 +40,7 @@ Every structural piece is separated by whitespace, so tokenizing pieces one by
 one (as a rollout inserting tool text does) gives the same tokens as tokenizing
 the whole response with the word-level tokenizer.
 
-One module on purpose (over 400 lines): the prompt, the read protocol, the inserted
+One module on purpose: the prompt, the read protocol, the inserted
 text and the verifier are one contract, which the rollout, the TRL tool and the
 verifier must apply identically.
 """

@@ -96,9 +96,6 @@ would drop the read calls, which live in ``tool_calls``), and it gains the datas
 ``read_tok_start``, ``read_tok_end``, ``adv_exec``, ``read_adv``, ``sel_weight`` and
 ``credit``. :func:`write_task_table` writes the slates for ``python -m skillgate_lib audit``
 (``--read-pattern`` :data:`AUDIT_READ_PATTERN`: names are several words).
-
-Length (over 400 lines): a fifth is this docstring; the code is one trainer subclass and
-the environment's TRL-side pieces (tool, reward, dataset, chat format), used together.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ per-module overhead (hooks, peft's wrappers, mask building, RoPE). What it keeps
 arithmetic and sdpa's CPU kernel, which it has to share with the model's own forward to stay
 exact.
 
-One module on purpose (over 400 lines): the three decoders share the weight readers, the norm and
+One module on purpose: the three decoders share the weight readers, the norm and
 RoPE helpers, and must stay exact against one another; apart, those helpers would cross modules.
 """
 

@@ -5,7 +5,7 @@ Two stages, each one command (``python -m skillgate_lib warmstart``):
 1. **base** (``--read-pool oracle``, from scratch): demonstrations that read the oracle
    and execute its table. This is where the model learns the two retrieval skills
    the task needs, copying the cue into the read call and looking a key up in the
-   body; both sit at chance for ~1,000+ steps, then jump (issue 10). The result is
+   body; both sit at chance for ~1,000+ steps, then jump (``docs/results.md``). The result is
    the *capacity check* model (``data/models/tiny-base``), never an RL start.
 2. **RL warm start** (``--init data/models/tiny-base --read-pool mixed``): demonstrations
    whose reads follow a fixed mix that does not favour the oracle

@@ -10,9 +10,6 @@ plus the final adapter (``run_dir/adapter``).
 Seeding: every random draw of step ``s`` comes from generators seeded with
 ``(seed, s)``, so a run resumed from a checkpoint at step ``s`` draws exactly what
 the uninterrupted run drew.
-
-Length (over 400 lines): a fifth is :class:`TrainConfig`, one documented field per
-setting; the rest is the one job of running GRPO (set-up, the step, checkpoints, the CLI).
 """
 
 from __future__ import annotations
@@ -118,7 +115,7 @@ class TrainConfig:
     eval_tasks: int = 256
     """Held-out instances per evaluation."""
     eval_split: str = "val"
-    """Held-out set of the periodic evaluations: val (the validation part), or eval (the whole pool, as runs before the split)."""
+    """Held-out set of the periodic evaluations: val (the validation part), or eval (the whole pool)."""
     log_train_every: int = 5
     """Write the training trajectories of every N-th step (all eval trajectories are written)."""
     checkpoint_every: int = 10
@@ -131,7 +128,7 @@ class TrainConfig:
     """bf16 autocast of the forward passes (CUDA only); fp32 otherwise."""
     length_buckets: int = 4
     """Row groups of similar response length in the update's forwards (1 = one batch padded to the longest
-    response, as runs before this field). Speed only: the numbers agree up to rounding, like ``threads``."""
+    response). Speed only: the numbers agree up to rounding, like ``threads``."""
     report_to: tuple[str, ...] = ()
     """Trackers beside metrics.jsonl: tensorboard, wandb (offline), trackio."""
     run_dir: str = ""
