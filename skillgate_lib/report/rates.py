@@ -214,34 +214,60 @@ def predictor_fit(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def rate_figure(table: pd.DataFrame, path: str | Path | None = None):
-    """Observed speed ratio against each predicted ratio (log-log, identity line), one panel per predictor."""
+def rate_figure(table: pd.DataFrame):
+    """Observed speed ratio against each predicted ratio (log-log, identity line), one panel per predictor;
+    markers by optimizer, bars the BCa interval of the ratio."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(PREDICTORS), figsize=(4.2 * len(PREDICTORS), 3.8), sharey=True)
+    from skillgate_lib.plots import WIDTH
+
+    fig, axes = plt.subplots(1, len(PREDICTORS), figsize=(WIDTH * 1.35, 3.4), sharey=True)
     markers = {"adamw": "o", "nsgd": "s", "sgd": "^"}
+    shown = table[table["ratio"] > 0]
+    y_vals = pd.concat([shown["ratio"], shown["ratio_lo"], shown["ratio_hi"]]).dropna()
     for ax, (col, label) in zip(axes, PREDICTORS.items()):
-        t = table[table[col].notna() & (table["ratio"] > 0)]
-        for opt, g in t.groupby("optimizer"):
+        t = shown[shown[col].notna()]
+        for opt, g in t.groupby("optimizer", sort=False):
             lo = (g["ratio"] - g["ratio_lo"]).clip(lower=0).fillna(0)
             hi = (g["ratio_hi"] - g["ratio"]).clip(lower=0).fillna(0)
             ax.errorbar(g[col], g["ratio"], yerr=[lo, hi], fmt=markers.get(opt, "o"), capsize=3, label=opt)
             for r in g.itertuples():
                 ax.annotate(r.regime, (getattr(r, col), r.ratio), fontsize=7, xytext=(4, 3), textcoords="offset points")
-        vals = pd.concat([t[col], t["ratio"], t["ratio_lo"].dropna(), t["ratio_hi"].dropna()])
+        vals = pd.concat([t[col], y_vals])
         vals = vals[vals > 0]
         if len(vals):
             lim = (float(vals.min()) / 1.5, float(vals.max()) * 1.5)
             ax.plot(lim, lim, color="grey", lw=1, ls="--", label="identity")
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_xlabel(f"predicted ratio from {label}")
-        ax.set_title(label)
+        ax.set_xlabel(f"predicted, from {label}")
     axes[0].set_ylabel("observed speed ratio\nSkillGate / outcome-only")
-    axes[0].legend(fontsize=8, loc="best")
+    axes[0].legend(fontsize=7, loc="upper left")
     fig.tight_layout()
-    if path is not None:
-        fig.savefig(path, dpi=150, bbox_inches="tight", metadata={"Software": None} if str(path).endswith(".png") else None)
+    return fig
+
+
+def curves_figure(curves: pd.DataFrame, optimizer_studies: list[str] | None = None):
+    """Validation oracle-read by step, one panel per study: each seed thin, the mean over seeds thick."""
+    import matplotlib.pyplot as plt
+
+    from skillgate_lib.plots import METHOD_COLORS, WIDTH, method_label
+
+    names = optimizer_studies or sorted(curves["study"].unique())
+    fig, axes = plt.subplots(1, len(names), figsize=(WIDTH * 1.35, 2.8), sharey=True, squeeze=False)
+    for ax, name in zip(axes[0], names):
+        c = curves[curves["study"] == name]
+        for method, g in c.groupby("method"):
+            color = METHOD_COLORS.get(method)
+            for _, s in g.groupby("seed"):
+                ax.plot(s["step"], s["oracle_read"], color=color, lw=0.5, alpha=0.35)
+            mean = g.groupby("step")["oracle_read"].mean()
+            ax.plot(mean.index, mean.values, color=color, lw=2, label=method_label(method))
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("step")
+    axes[0][0].set_ylabel("validation oracle-read")
+    axes[0][0].legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
     return fig
 
 
@@ -260,3 +286,33 @@ def curves(root: str | Path = SPEED_DIR) -> pd.DataFrame:
                           "step": int(step), "oracle_read": float(rate)}
                          for step, rate in zip(ev["step"], ev["eval/oracle_read"])]
     return pd.DataFrame(rows)
+
+
+def rate_markdown(table: pd.DataFrame) -> str:
+    """The rate table as Markdown (docs/results.md): per study, each arm's slope, the observed ratio and the predictions."""
+    from skillgate_lib.report.markdown import markdown_table
+
+    def ci(m, lo, hi, f="{:.3f}"):
+        return f"{f.format(m)} [{f.format(lo)}, {f.format(hi)}]"
+
+    rows = [[f"`{r.study}`", str(r.seeds), f"{r.lr_outcome:g} / {r.lr_skillgate:g}",
+             ci(r.slope_outcome, r.slope_outcome_lo, r.slope_outcome_hi), ci(r.slope_skillgate, r.slope_skillgate_lo, r.slope_skillgate_hi),
+             ci(r.ratio, r.ratio_lo, r.ratio_hi, "{:.2f}"), f"{100 * r.final_oracle_outcome:.1f} / {100 * r.final_oracle_skillgate:.1f}",
+             *(f"{getattr(r, c):.2f}" if np.isfinite(getattr(r, c)) else "–" for c in PREDICTORS)]
+            for r in table.itertuples()]
+    return markdown_table(["study", "seeds", "lr (outcome / SkillGate)", "slope, outcome-only", "slope, SkillGate",
+                           "observed ratio [BCa 95 %]", "val oracle-read, step 30 (%)", *(f"predicted from {v}" for v in PREDICTORS.values())],
+                          rows, "llrrrrr" + "r" * len(PREDICTORS))
+
+
+def fit_markdown(fit: pd.DataFrame) -> str:
+    """The predictor fits as Markdown."""
+    from skillgate_lib.report.markdown import markdown_table
+
+    def num(v, f="{:+.2f}"):
+        return f.format(v) if pd.notna(v) else "–"
+
+    rows = [[r["predictor"], str(int(r["studies"])), num(r.get("loglog_slope")), num(r.get("spearman")),
+             num(r.get("mean_residual")), num(r.get("max_abs_residual"), "{:.2f}")] for _, r in fit.iterrows()]
+    return markdown_table(["predictor", "studies", "log-log slope", "Spearman rho", "mean log residual",
+                           "largest abs. log residual"], rows, "lrrrrr")
