@@ -44,6 +44,8 @@ assigner                 credit                                                 
 ``skillgate_opener``     ablation: ``skillgate`` with each read's opener (``<read>``) in the        yes
                          selector channel beside its name, so the read/stop decision gets
                          the read's selector advantage (under the reference it gets none)
+``skillgate_exec_read``  ablation: ``skillgate`` with the read call's opener and closer in the       yes
+                         execution channel (only the name leaves it)
 ``masked_exec``          the execution channel alone (ablation: the read call gets no credit)    no
 ``shaped``               broadcast GRPO on ``R_i + bonus * 1[trajectory read the oracle]``       no
 ``selection_bc``         the ``selection_bc_rl`` ablation: the execution channel, plus a         no
@@ -322,15 +324,16 @@ def outcome(inputs: CreditInputs, cfg: CreditConfig) -> Credit:
     return Credit(_broadcast(a, mask), _token_mean(mask), a, [[float(a[i])] * len(r) for i, r in enumerate(inputs.reads)])
 
 
-def _execution_channel(inputs: CreditInputs, cfg: CreditConfig,
-                       keep: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def _execution_channel(inputs: CreditInputs, cfg: CreditConfig, keep: Tensor | None = None,
+                       exclude: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """``(A (B,), support (B, T), advantages, weights)``: ``A_i`` off the read calls, one token-mean.
 
     With ``keep``, trajectories of filtered groups leave the channel and the mean is over
-    the kept groups' tokens only.
+    the kept groups' tokens only. ``exclude`` (default: every read call's tokens) is what the
+    channel leaves out.
     """
     a = group_advantage(inputs.rewards, inputs.group, cfg.scale_rewards, cfg.eps)
-    exec_mask = inputs.response_mask & ~read_call_mask(inputs)
+    exec_mask = inputs.response_mask & ~(read_call_mask(inputs) if exclude is None else exclude)
     if keep is not None:
         a = torch.where(keep, a, torch.zeros_like(a))
         exec_mask = exec_mask & keep[:, None]
@@ -413,10 +416,12 @@ def _action_share(inputs: CreditInputs, sel_adv: list[list[float]], coef: float)
     return weights
 
 
-def _reference_two_channels(inputs: CreditInputs, cfg: CreditConfig, sel_adv: list[list[float]]) -> Credit:
-    """SkillGate's construction for any per-read selector advantages ``sel_adv`` (see :func:`skillgate`)."""
+def _reference_two_channels(inputs: CreditInputs, cfg: CreditConfig, sel_adv: list[list[float]],
+                            exec_exclude: Tensor | None = None) -> Credit:
+    """SkillGate's construction for any per-read selector advantages ``sel_adv`` (see :func:`skillgate`);
+    ``exec_exclude``: what the execution channel leaves out (default: every read call)."""
     keep, n_filtered = _keep(inputs) if cfg.filter_groups else (torch.ones_like(inputs.group, dtype=torch.bool), 0)
-    a, exec_mask, adv, weights = _execution_channel(inputs, cfg, keep)
+    a, exec_mask, adv, weights = _execution_channel(inputs, cfg, keep, exec_exclude)
     check_disjoint(exec_mask, selector_mask(inputs))
     sel_adv = [row if k else [0.0] * len(row) for k, row in zip(keep.tolist(), sel_adv)]
     for i, spans in enumerate(inputs.reads):
@@ -534,6 +539,18 @@ def skillgate_opener(inputs: CreditInputs, cfg: CreditConfig) -> Credit:
     return skillgate(widened, cfg)
 
 
+def skillgate_exec_read(inputs: CreditInputs, cfg: CreditConfig) -> Credit:
+    """Ablation: :func:`skillgate` with the read call's tokens other than the name in the execution channel.
+
+    The reference drops every token of a read call from the execution channel, so the decision
+    to read (the opener) and the closer get no outcome credit at all, which ``masked_exec``
+    measured as a success deficit. Here those tokens keep ``A_i`` in the execution channel, as
+    in outcome-only GRPO; the name tokens stay in the selector channel alone (supports disjoint,
+    checked). Everything else is :func:`skillgate`'s.
+    """
+    return _reference_two_channels(inputs, cfg, selector_advantages(inputs), exec_exclude=selector_mask(inputs))
+
+
 def selection_bc(inputs: CreditInputs, cfg: CreditConfig) -> Credit:
     """The execution channel, plus the trainer's supervised loss on the oracle name (``bc_coef``)."""
     credit = masked_exec(inputs, cfg)
@@ -554,6 +571,7 @@ ASSIGNERS: dict[str, Assigner] = {
     "selection_bc": selection_bc,
     "selector_only": selector_only,
     "skillgate_opener": skillgate_opener,
+    "skillgate_exec_read": skillgate_exec_read,
 }
 
 

@@ -152,6 +152,8 @@ for _m in (
            in_comparison=False),
     Method("skillgate_opener", "SkillGate, read opener in the selector channel", "#393b79", credit="skillgate_opener",
            ablation=True, in_comparison=False),
+    Method("skillgate_exec_read", "SkillGate, read call in the execution channel", "#637939",
+           credit="skillgate_exec_read", ablation=True, in_comparison=False),
 ):
     register(_m)
 del _m

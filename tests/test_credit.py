@@ -138,7 +138,8 @@ def test_selection_bc_sets_the_supervised_coefficient():
 
 def test_registry_and_errors():
     assert set(credit.ASSIGNERS) == {"outcome", "skillgate", "skillgate_tokenmean", "utility", "masked_exec", "shaped",
-                                     "selection_bc", "selector_only", "skillgate_opener"}
+                                     "selection_bc", "selector_only", "skillgate_opener",
+                                     "skillgate_exec_read"}
     with pytest.raises(ValueError, match="unknown credit assigner 'grpo'"):
         credit.assign("grpo", _inputs(**GROUP))
     with pytest.raises(ValueError, match="read span"):
@@ -308,4 +309,23 @@ def test_opener_ablation_moves_the_reads_selector_advantage_onto_its_opener():
     # the execution channel and the logged read advantages are unchanged
     exec_cols = [2, 3, 4, 5, 6, 7, 8, 9]
     torch.testing.assert_close(abl.weights[:, exec_cols], ref.weights[:, exec_cols])
+    assert abl.read_adv == ref.read_adv
+
+
+def test_exec_read_ablation_keeps_the_read_calls_other_tokens_in_the_execution_channel():
+    """``skillgate_exec_read``: the opener and closer of each read get ``A_i`` in the execution channel
+    (under ``skillgate`` they are in neither channel); the name keeps its selector credit alone."""
+    inp = _inputs(**GROUP)
+    ref, abl = credit.assign("skillgate", inp), credit.assign("skillgate_exec_read", inp)
+    a = credit.group_advantage(inp.rewards, inp.group)
+    n_exec = sum(T - 1 if spans else T for spans in inp.reads)  # every token but the names
+    for i, spans in enumerate(inp.reads):
+        for r in spans:
+            for t in (r.call_start, r.call_end - 1):
+                assert ref.weights[i, t] == 0
+                assert abl.advantages[i, t] == pytest.approx(float(a[i]))
+                assert abl.weights[i, t] == pytest.approx(1 / n_exec)
+            name = slice(r.name_start, r.name_end)
+            torch.testing.assert_close(abl.advantages[i, name], ref.advantages[i, name])
+    assert float(abl.weights.sum()) == pytest.approx(float(ref.weights.sum()))  # each channel still sums to 1 (+ lambda)
     assert abl.read_adv == ref.read_adv
