@@ -1,6 +1,6 @@
 """Running a notebook at its defaults leaves every file git tracks as it was.
 
-Notebooks 01, 02 and 04 write figures and tables; at their defaults they go under ``build/``
+Notebooks 01, 02, 04 and 05 write figures and tables; at their defaults they go under ``build/``
 (ignored), and only the ``make figures`` / ``make reproduce`` profiles point them at
 ``figures/``. The check runs in a clone of the repository that holds the working tree as it
 is (committed or not), so a notebook that wrote into ``figures/`` or ``data/`` shows up in
@@ -45,7 +45,7 @@ def _clone_of_the_working_tree(dest: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_notebooks_01_02_and_04_at_their_defaults_leave_the_tracked_tree_unchanged(tmp_path):
+def test_notebooks_01_02_04_and_05_at_their_defaults_leave_the_tracked_tree_unchanged(tmp_path):
     clone = _clone_of_the_working_tree(tmp_path / "clone")
     tracked = [clone / rel for rel in _git("ls-files", "-z", cwd=clone).split("\0") if rel]
     before = {p: p.stat().st_mtime_ns for p in tracked}
@@ -53,7 +53,8 @@ def test_notebooks_01_02_and_04_at_their_defaults_leave_the_tracked_tree_unchang
     env["PYTHONPATH"] = str(clone)  # the clone's library, not the editable install's
     code = ("import sys\nfrom pathlib import Path\nfrom skillgate_lib import notebooks, paths\n"
             "assert paths.REPO_ROOT == Path(sys.argv[1]), paths.REPO_ROOT\n"
-            "for name in ('01_credit_starvation_theory', '02_audit_training_logs', '04_paper_figures'):\n"
+            "for name in ('01_credit_starvation_theory', '02_audit_training_logs', '04_paper_figures',\n"
+            "             '05_what_starves_the_selector'):\n"
             "    notebooks.run_notebook(notebooks.NOTEBOOK_DIR / f'{name}.ipynb', Path(sys.argv[2]))\n")
     done = subprocess.run([sys.executable, "-c", code, str(clone), str(tmp_path / "executed")], cwd=clone, env=env,
                           capture_output=True, text=True)

@@ -202,7 +202,8 @@ def test_notebook_runs_headless(path, tmp_path, monkeypatch):
 
 
 #: The parameters naming where each notebook writes (notebook 02, not listed, writes figures/ through savefig).
-WRITES = {"01": ("figures_dir",), "02": ("figures_dir",), "03": ("run_root", "heldout_root", "study_root"), "04": ("figures_dir",)}
+WRITES = {"01": ("figures_dir",), "02": ("figures_dir",), "03": ("run_root", "heldout_root", "study_root"), "04": ("figures_dir",),
+          "05": ("figures_dir",)}
 
 
 @pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.stem[:2] in WRITES], ids=lambda p: p.stem)

@@ -125,6 +125,16 @@ def verdict(figures_dir: Path, data_dir: Path) -> str:
             + note_regime_sentence(data_dir))
 
 
+def _rates(data_dir: Path) -> tuple[str, str, str]:
+    """The rate study's table, predictor fit and summary (``data/runs/speed/``, AdamW studies for the fit)."""
+    from skillgate_lib.report import rates
+
+    table = rates.rate_table(rates.all_runs(data_dir / "runs" / "speed"), data_dir / "runs" / "diagnosis" / "probes",
+                             data_dir / "runs" / "diagnosis" / "gradient_proxy" / "summary.csv")
+    fit = rates.predictor_fit(table[table["optimizer"] == "adamw"])
+    return rates.rate_markdown(table), rates.fit_markdown(fit), rates.rate_summary(table, fit)
+
+
 def generated_blocks(figures_dir: Path = paths.FIGURES_DIR, data_dir: Path = paths.DATA_DIR) -> dict:
     """Every generated block by name: a function of no argument that returns its Markdown."""
     from skillgate_lib.report import gradients as gradient_report
@@ -139,6 +149,9 @@ def generated_blocks(figures_dir: Path = paths.FIGURES_DIR, data_dir: Path = pat
         "gradient_share": lambda: gradient_report.gradient_share_table(data_dir),
         "gradient_proxy": lambda: gradient_report.gradient_proxy_table(data_dir),
         "probes": lambda: gradient_report.probes_table(data_dir),
+        "rate_study": lambda: _rates(data_dir)[0],
+        "rate_fit": lambda: _rates(data_dir)[1],
+        "rate_summary": lambda: _rates(data_dir)[2],
         "diagnosis_paper": lambda: diagnosis_table(diagnosis / "summary.csv", DIAGNOSIS_CONDITIONS),
         **{f"diagnosis_{d.replace('-', '_')}": (lambda d=d: diagnosis_table(diagnosis / d / "summary.csv"))
            for d in ("read-stop", *DIAGNOSED)},

@@ -178,6 +178,7 @@ def rate_table(runs: pd.DataFrame, probes_dir: str | Path = paths.DATA_DIR / "ru
         for name, arm in (("outcome", o), ("skillgate", s)):
             row[f"slope_{name}"], row[f"slope_{name}_lo"], row[f"slope_{name}_hi"] = t_interval(arm["slope_val"])
             row[f"half_gap_{name}"] = float(np.median(arm["half_gap_step"]))
+            row[f"start_oracle_{name}"] = float(arm["val_oracle_read_0"].mean())
             row[f"final_oracle_{name}"] = float(arm["val_oracle_read_final"].mean())
             row[f"success_{name}"] = float(arm["val_success_final"].mean())
         row["ratio"], row["ratio_lo"], row["ratio_hi"] = ratio_interval(s["slope_val"].to_numpy(), o["slope_val"].to_numpy())
@@ -316,3 +317,34 @@ def fit_markdown(fit: pd.DataFrame) -> str:
              num(r.get("mean_residual")), num(r.get("max_abs_residual"), "{:.2f}")] for _, r in fit.iterrows()]
     return markdown_table(["predictor", "studies", "log-log slope", "Spearman rho", "mean log residual",
                            "largest abs. log residual"], rows, "lrrrrr")
+
+
+def rate_summary(table: pd.DataFrame, fit: pd.DataFrame) -> str:
+    """The rate study's findings in a few generated sentences (docs/results.md, the README's verdict)."""
+    t = table[table["optimizer"] == "adamw"]
+    faster = t[t["ratio_lo"] > 1]
+    slower = t[t["ratio_hi"] < 1]
+
+    def each(rows):
+        return ", ".join(f"`{r.regime}` {r.ratio:.2f} [{r.ratio_lo:.2f}, {r.ratio_hi:.2f}]" for r in rows.itertuples())
+
+    out = [f"With AdamW at each arm's best step size, SkillGate learns the choice faster than outcome-only GRPO in "
+           f"{len(faster)} of {len(t)} regimes (speed ratio [BCa 95 %]: {each(faster) or 'none'})"
+           + (f", slower in {len(slower)} ({each(slower)})" if len(slower) else "")
+           + (f", and neither, within the interval, in {len(t) - len(faster) - len(slower)} ({each(t[(t['ratio_lo'] <= 1) & (t['ratio_hi'] >= 1)])})"
+              if len(t) - len(faster) - len(slower) else "") + "."]
+    fit = fit.set_index("predictor")
+    scored = fit.dropna(subset=["max_abs_residual"]) if "max_abs_residual" in fit else fit.iloc[:0]
+    if len(scored):
+        best = scored["max_abs_residual"].idxmin()
+        out.append(f"Of the theory's predicted ratios, the one from the {best} comes closest (every regime within a factor "
+                   f"of {math.exp(scored.loc[best, 'max_abs_residual']):.1f}, log-log slope {scored.loc[best, 'loglog_slope']:+.2f}); "
+                   + "; ".join(f"the {p}'s overstates the ratio {math.exp(-r['mean_residual']):.0f}-fold on average"
+                               for p, r in scored.iterrows() if p != best and r["mean_residual"] < 0) + ".")
+    gain = t["final_oracle_outcome"] - t["start_oracle_outcome"]
+    learns = t[gain > 0.10]
+    out.append(f"Outcome-only GRPO learns the choice in {len(learns)} of {len(t)} regimes all the same (validation "
+               f"oracle-read up by more than 10 points in 30 steps; by {100 * gain.min():.0f}-{100 * gain.max():.0f} "
+               f"points, to {100 * t['final_oracle_outcome'].min():.0f}-{100 * t['final_oracle_outcome'].max():.0f} %; "
+               f"SkillGate to {100 * t['final_oracle_skillgate'].min():.0f}-{100 * t['final_oracle_skillgate'].max():.0f} %).")
+    return "\n".join(s for s in out if s) + "\n"
