@@ -2,12 +2,14 @@
 # The rate study in the order it is run: AdamW in five regimes (cheapest first), then the optimizer
 # control (normalised SGD and plain SGD) in the note regime and the echo regime. Resumable: rerun it
 # and finished runs are skipped. Runs write under build/runs/speed/; each finished study is copied
-# (plan, selection, each run's config, metrics and test record) to data/runs/speed/<name>/.
+# (plan, selection, each run's config, metrics and test record) to data/runs/speed/<name>/; a study
+# already exported there (its selection.json is written last) is skipped, so a fresh clone resumes too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
 run() {  # regime optimizer
   local name=$1; [ "$2" != adamw ] && name="$1-$2"
+  if [ -e "data/runs/speed/$name/selection.json" ]; then echo "$name: exported already, skipped"; return; fi
   "$PY" -m skillgate_lib speed --regime "$1" --optimizer "$2" --out-dir "build/runs/speed/$name" \
     --export "data/runs/speed/$name"
 }
