@@ -9,8 +9,7 @@ import sys
 import pytest
 
 from skillgate_lib import paths, plots
-from skillgate_lib.report import comparison
-from skillgate_lib.report import results
+from skillgate_lib.report import comparison, results
 from skillgate_lib.runs import compare, train
 
 TRAINER_MODULES = ("skillgate_lib.runs.train", "skillgate_lib.runs.compare", "skillgate_lib.policy.rollout", "skillgate_lib.policy.warmstart",

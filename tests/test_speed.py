@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from skillgate_lib.report import rates
-from skillgate_lib.runs import optimizers, speed
+from skillgate_lib.runs import optimizers, speed, study
 from skillgate_lib.runs.train import TrainConfig
 
 
@@ -58,12 +58,6 @@ def test_a_run_without_a_step_zero_evaluation_is_refused(tmp_path):
     _write_run(tmp_path / "run", {5: 0.5}, {1: 0.5})
     with pytest.raises(ValueError, match="step-0 evaluation"):
         rates.speed_measures(tmp_path / "run")
-
-
-def test_a_choice_at_an_edge_extends_the_grid_by_its_ratio():
-    assert speed._extend([1e-3, 3e-3, 1e-2], 1e-2) == pytest.approx(1e-2 * 1e-2 / 3e-3)
-    assert speed._extend([1e-3, 3e-3, 1e-2], 1e-3) == pytest.approx(1e-3 * 1e-3 / 3e-3)
-    assert speed._extend([1e-3, 3e-3, 1e-2], 3e-3) is None
 
 
 def test_plans_are_equal_for_both_arms_and_refuse_unknown_regimes():
@@ -135,9 +129,9 @@ def test_a_small_study_runs_extends_resumes_and_exports(tmp_path):
     before = (tmp_path / "study" / "selection.json").read_text()
     assert speed.run_speed(plan, tmp_path / "study", workers=1, progress=False) == chosen  # resumes: nothing new
     assert (tmp_path / "study" / "selection.json").read_text() == before
-    n = speed.export(tmp_path / "study", tmp_path / "kept")
+    n = study.export(tmp_path / "study", tmp_path / "kept")
     kept = sorted(p.name for p in (tmp_path / "kept").rglob("*") if p.is_file())
-    assert n == len(kept) and set(kept) == {"plan.json", "selection.json", *speed.KEPT}
+    assert n == len(kept) and set(kept) == {"plan.json", "selection.json", *study.KEPT}
     runs = rates.run_table(tmp_path / "kept")
     assert runs["chosen"].sum() == 4 and (runs["optimizer"] == "nsgd").all()
     other = speed.SpeedPlan("easy", "tiny", optimizer="nsgd", grid=(0.06, 0.5), search_seeds=(0,), seeds=2, steps=2,

@@ -51,6 +51,76 @@ def test_every_method_gets_the_same_number_of_configurations():
     assert plan.arm("outcome").seeds >= 8 and min(a.seeds for a in plan.arms) >= 5
 
 
+def test_a_choice_at_an_edge_extends_the_grid_by_its_ratio():
+    assert study.edge_extension([1e-3, 3e-3, 1e-2], 1e-2) == pytest.approx(1e-2 * 1e-2 / 3e-3, rel=1e-3)
+    assert study.edge_extension([1e-3, 3e-3, 1e-2], 1e-3) == pytest.approx(1e-3 * 1e-3 / 3e-3, rel=1e-3)
+    assert study.edge_extension([1e-3, 3e-3, 1e-2], 3e-3) is None
+    assert study.edge_extension([0.2], 0.2) is None
+
+
+def test_the_committed_paper_plan_reads_back_unchanged():
+    """A plan field added later (extend, an arm's also) stays out of plan.json at its default, so the committed
+    study still resumes and its selection reads as before."""
+    from skillgate_lib import paths
+
+    committed = json.loads((paths.DATA_DIR / "runs" / "study" / "paper" / "plan.json").read_text())
+    assert study.paper_plan().to_json() == committed
+    arm = study.paper_plan().arm("outcome")
+    assert study.run_name(arm, 0.005, 3) == "outcome-lr0.005-seed3"
+    assert study.point_label(arm, {"lr": 0.005}) == "0.005"
+
+
+def test_the_note8_table_searches_one_lr_grid_for_every_arm_and_lambda_jointly_for_skillgate():
+    plan = study.note8_plan()
+    assert plan.regime == "paper_note8" and plan.model == "tiny-note8" and plan.extend >= 1
+    assert {a.values for a in plan.arms} == {study.NOTE8_LRS} and len(study.NOTE8_LRS) >= 3
+    assert min(a.seeds for a in plan.arms) >= 8 and plan.test_tasks >= 1024
+    assert {"skillgate", "skillgate_exec_read", "outcome", "utility", "selection_bc", "skill_free", "masked_exec",
+            "shaped"} == {a.method for a in plan.arms}
+    sg = plan.arm("skillgate")
+    points = sg.points()
+    assert len(points) == 6 and {"lr": 1e-3, "selector_coef": 1.0} in points
+    assert study.run_name(sg, {"lr": 1e-3, "selector_coef": 1.0}, 0) == "skillgate-lr0.001-selector_coef1-seed0"
+    assert study.point_label(sg, {"lr": 1e-3, "selector_coef": 1.0}) == "lr=0.001,selector_coef=1"
+    config = plan.config(sg, {"lr": 1e-3, "selector_coef": 1.0}, 0, study.Path("out"), 1, "cpu")
+    assert config.lr == 1e-3 and config.selector_coef == 1.0 and config.regime == "paper_note8"
+    assert plan.to_json()["extend"] == plan.extend and "also" in plan.to_json()["arms"][0]
+    assert "also" not in plan.to_json()["arms"][2]
+    assert study.n_runs(plan) == 2 * (6 * 2 + 6) + 6 * (3 * 2 + 6)
+
+
+def _joint_plan() -> study.Plan:
+    settings = {"prompts_per_step": 2, "group_size": 4, "eval_every": 1, "eval_tasks": 8,
+                "eval_split": "val", "log_train_every": 1, "max_draws": 1}
+    arms = (study.Arm("skillgate", "lr", (1e-3, 1e-2), 2, also=(("selector_coef", (0.2, 1.0)),)),
+            study.Arm("outcome", "lr", (1e-3, 1e-2), 2))
+    return study.Plan("joint", "easy", arms, search_seeds=(0,), steps=1, test_tasks=12, settings=settings, extend=1)
+
+
+@pytest.mark.slow
+def test_a_joint_search_selects_a_point_extends_an_edge_and_the_report_reads_the_choice(tmp_path):
+    plan = _joint_plan()
+    chosen = study.run_study(plan, tmp_path, workers=1, progress=False, device="cpu")
+    sg, out = chosen["skillgate"], chosen["outcome"]
+    assert set(sg["point"]) == {"lr", "selector_coef"} and sg["value"] == sg["point"]["lr"]
+    assert sg["val_success"][study.point_label(plan.arms[0], sg["point"])] == max(sg["val_success"].values())
+    assert "point" not in out and out["val_success"][f"{out['value']:g}"] == max(out["val_success"].values())
+    for m, entry in chosen.items():  # two values, so any choice sits at an edge: each grid grew once, no more
+        assert len(entry["extended"]) == 1 and entry["extended"][0] in (1e-4, 0.1)
+        assert entry["at_edge"] == (entry["value"] in (min(entry["extended"][0], 1e-3), max(entry["extended"][0], 1e-2)))
+    assert len(sg["val_success"]) == 6 and len(out["val_success"]) == 3
+    runs = study.selected_runs(plan, tmp_path, chosen)
+    assert len(runs) == 4 and all((r / "test.json").exists() for r in runs)
+    from skillgate_lib.report import study as study_report
+
+    tests = study_report.test_results(tmp_path)
+    assert sorted(tests["method"]) == ["outcome", "outcome", "sft", "skillgate", "skillgate"]
+    curves = study_report.validation_curves(tmp_path)
+    assert curves.loc[curves["method"] == "skillgate", "point"].nunique() == 6
+    assert curves.query("method == 'skillgate' and chosen")["seed"].nunique() == 2
+    assert study.run_study(plan, tmp_path, workers=1, progress=False, device="cpu") == chosen  # resumes
+
+
 def _tiny_plan() -> study.Plan:
     settings = {"prompts_per_step": 2, "group_size": 4, "lr": 5e-3, "eval_every": 1, "eval_tasks": 8,
                 "eval_split": "val", "log_train_every": 1, "max_draws": 1}

@@ -9,7 +9,6 @@ carry the paper's row where the registry names one (:mod:`skillgate_lib.methods`
 
 from __future__ import annotations
 
-
 import pandas as pd
 import torch
 

@@ -6,36 +6,29 @@ table and the figures rebuild on a machine that trains nothing (``make figures``
 
 Intervals:
 
-* a trained method: mean over seeds of its test-set rate, percentile bootstrap 95 %
-  interval over seeds (the unit that varies: a seed's training and sampling);
+* a trained method: mean over seeds of its test-set rate, Student-t 95 % interval over
+  seeds (the unit that varies: a seed's training and sampling; over 5-8 seeds a percentile
+  bootstrap understates the interval, as it cannot see beyond the values drawn);
 * the warm start (one model, no training seed): Wilson 95 % interval over the test
   instances of its single evaluation;
 * a paired difference (SkillGate minus a baseline): per shared seed (same prompts,
-  same LoRA init), then mean and bootstrap interval over those seeds.
+  same LoRA init), then mean and Student-t interval over those seeds.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import zlib
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from skillgate_lib import logs, methods
-from skillgate_lib.audit import bootstrap_mean
+from skillgate_lib.audit import t_interval
 
 #: The rates of the table (percent) and reads per trial.
 MEASURES = ("success", "oracle_read", "misleading_read", "reads")
-N_BOOT = 10_000
-
-
-def _rng(seed: int, *key: str) -> np.random.Generator:
-    """The bootstrap generator of one interval, keyed by what it is an interval of, so that the same
-    interval comes out the same whichever table computes it and whatever else that table holds."""
-    return np.random.default_rng([seed, zlib.crc32("/".join(key).encode())])
 
 
 def _read_json(path: Path) -> dict:
@@ -43,6 +36,21 @@ def _read_json(path: Path) -> dict:
         return json.loads(path.read_text())
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: not found; is {path.parent} a finished study (python -m skillgate_lib study)?")
+
+
+def at_choice(entry: dict, config: dict) -> bool:
+    """Whether a run's ``config`` sits at the point a ``selection.json`` entry chose (its ``point`` when the method
+    searched several knobs jointly, else its one ``knob``'s ``value``)."""
+    point = entry.get("point") or {entry["knob"]: entry["value"]}
+    return all(k in config and float(config[k]) == float(v) for k, v in point.items())
+
+
+def point_of(entry: dict, config: dict) -> str:
+    """A run's point of its method's grid, labelled as ``selection.json`` labels it."""
+    knobs = list(entry["point"]) if entry.get("point") else [entry.get("knob", "lr")]
+    if len(knobs) == 1:
+        return f"{float(config[knobs[0]]):g}"
+    return ",".join(f"{k}={float(config[k]):g}" for k in knobs)
 
 
 def test_results(study_dir: str | Path) -> pd.DataFrame:
@@ -53,7 +61,7 @@ def test_results(study_dir: str | Path) -> pd.DataFrame:
     for run in sorted(p for p in study_dir.iterdir() if (p / "test.json").exists() and (p / "config.json").exists()):
         config = logs.read_config(run)
         method = methods.of_config(config)
-        if method not in selection or float(config[selection[method]["knob"]]) != float(selection[method]["value"]):
+        if method not in selection or not at_choice(selection[method], config):
             continue
         rows.append({"method": method, "seed": int(config["seed"]), "run": run.name,
                      "value": selection[method]["value"], **_read_json(run / "test.json")})
@@ -71,7 +79,7 @@ def _wilson(p: float, n: int, z: float = 1.96) -> tuple[float, float]:
     return centre - half, centre + half
 
 
-def summary_table(tests: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
+def summary_table(tests: pd.DataFrame) -> pd.DataFrame:
     """Per method: seeds, and for each measure the mean with its 95 % interval (rates in percent)."""
     rows = []
     for method in methods.in_order(tests["method"].unique()):
@@ -84,13 +92,13 @@ def summary_table(tests: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
                 mean = float(values[0])
                 lo, hi = _wilson(mean, int(sub["tasks"].iloc[0])) if m != "reads" else (math.nan, math.nan)
             else:
-                mean, lo, hi = bootstrap_mean(values, np.ones(len(values)), N_BOOT, _rng(seed, method, m))
+                mean, lo, hi = t_interval(values)
             row |= {m: mean * scale, f"{m}_lo": lo * scale, f"{m}_hi": hi * scale}
         rows.append(row)
     return pd.DataFrame(rows)
 
 
-def paired_differences(tests: pd.DataFrame, method: str = "skillgate", seed: int = 0,
+def paired_differences(tests: pd.DataFrame, method: str = "skillgate",
                        measures=("success", "oracle_read", "misleading_read")) -> pd.DataFrame:
     """``method`` minus each other trained method on their shared seeds: mean and 95 % interval (pp)."""
     base = tests[tests["method"] == method].set_index("seed")
@@ -101,15 +109,15 @@ def paired_differences(tests: pd.DataFrame, method: str = "skillgate", seed: int
         row = {"baseline": other, "seeds": len(seeds)}
         for m in measures:
             d = (base.loc[seeds, f"test/{m}"] - o.loc[seeds, f"test/{m}"]).to_numpy(float) * 100
-            mean, lo, hi = bootstrap_mean(d, np.ones(len(d)), N_BOOT, _rng(seed, method, "minus", other, m))
+            mean, lo, hi = t_interval(d)
             row |= {m: mean, f"{m}_lo": lo, f"{m}_hi": hi}
         rows.append(row)
     return pd.DataFrame(rows)
 
 
 def gain_by_horizon(tests: pd.DataFrame, method: str = "skillgate", baseline: str = "outcome",
-                    measure: str = "success", seed: int = 0) -> pd.DataFrame:
-    """Paired difference ``method - baseline`` on the test set by horizon H (pp, bootstrap over seeds)."""
+                    measure: str = "success") -> pd.DataFrame:
+    """Paired difference ``method - baseline`` on the test set by horizon H (pp, t-interval over seeds)."""
     a = tests[tests["method"] == method].set_index("seed")
     b = tests[tests["method"] == baseline].set_index("seed")
     seeds = a.index.intersection(b.index)
@@ -117,26 +125,28 @@ def gain_by_horizon(tests: pd.DataFrame, method: str = "skillgate", baseline: st
     rows = []
     for c in cols:
         d = (a.loc[seeds, c] - b.loc[seeds, c]).to_numpy(float) * 100
-        mean, lo, hi = bootstrap_mean(d, np.ones(len(d)), N_BOOT, _rng(seed, method, "minus", baseline, c))
+        mean, lo, hi = t_interval(d)
         rows.append({"horizon": int(c.split("=")[1]), "diff": mean, "lo": lo, "hi": hi,
                      method: a.loc[seeds, c].mean() * 100, baseline: b.loc[seeds, c].mean() * 100})
     return pd.DataFrame(rows)
 
 
 def validation_curves(study_dir: str | Path) -> pd.DataFrame:
-    """Validation success / oracle-read by step of every run: method, knob value, seed, step, chosen."""
+    """Validation success / oracle-read by step of every run: method, knob value, point (its grid point, as
+    ``selection.json`` labels it), seed, step, chosen."""
     study_dir = Path(study_dir)
     selection = _read_json(study_dir / "selection.json")
     frames = []
     for run in sorted(p for p in study_dir.iterdir() if (p / "metrics.jsonl").exists()):
         config = logs.read_config(run)
         method = methods.of_config(config)
-        knob = selection.get(method, {}).get("knob", "lr")
+        entry = selection.get(method, {"knob": "lr"})
         ev = logs.read_metrics(run).query("split == 'eval'")
         frames.append(pd.DataFrame({
-            "method": method, "value": float(config[knob]), "seed": int(config["seed"]), "step": ev["step"].astype(int),
+            "method": method, "value": float(config[entry["knob"]]), "point": point_of(entry, config),
+            "seed": int(config["seed"]), "step": ev["step"].astype(int),
             "success": ev["eval/success"], "oracle_read": ev["eval/oracle_read"],
-            "chosen": method in selection and float(config[knob]) == float(selection[method]["value"])}))
+            "chosen": method in selection and at_choice(entry, config)}))
     return pd.concat(frames, ignore_index=True)
 
 
@@ -208,7 +218,7 @@ def dose_response(study_dirs: dict[str, str | Path], n_boot: int = 1000, seed: i
     rows = []
     for regime, d in study_dirs.items():
         tests = test_results(d)
-        diff = paired_differences(tests[tests["method"].isin(["skillgate", "outcome"])], seed=seed,
+        diff = paired_differences(tests[tests["method"].isin(["skillgate", "outcome"])],
                                   measures=("success", "oracle_read")).iloc[0]
         audits = audit_outcome_runs(d, n_boot=n_boot, seed=seed)
         reading = audits[audits["reads_per_trial"] > 0]

@@ -52,16 +52,16 @@ def validation_curves(curves: pd.DataFrame, measure: str = "success") -> plt.Fig
                              layout="constrained", squeeze=False)
     for ax, m in zip(axes.flat, methods):
         sub = curves[curves["method"] == m]
-        for value, part in sub.groupby("value"):
+        for point, part in sub.groupby("point", sort=False):
             chosen = bool(part["chosen"].iloc[0])
             mean = part.groupby("step")[measure].mean()
             ax.plot(mean.index, mean.values, ls="-" if chosen else "--", marker="o", ms=2.5,
                     color=METHOD_COLORS.get(m), alpha=1.0 if chosen else 0.55,
-                    label=f"{value:g}" + (" (chosen)" if chosen else ""))
+                    label=point + (" (chosen)" if chosen else ""))
         ax.set_title(method_label(m), fontsize=9)
         ax.legend(fontsize=7, loc="best")
         ax.yaxis.set_major_formatter(PercentFormatter(xmax=1, decimals=None))
-    top = curves.groupby(["method", "value", "step"])[measure].mean().max()
+    top = curves.groupby(["method", "point", "step"])[measure].mean().max()
     axes.flat[0].set_ylim(0, 1.15 * top + 0.005)  # shared by every panel
     for ax in axes.flat[len(methods):]:
         ax.remove()

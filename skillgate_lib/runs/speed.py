@@ -112,21 +112,11 @@ def _score(plan: SpeedPlan, out_dir: Path, method: str, lr: float) -> float:
     return float(np.mean([speed_measures(out_dir / run_name(method, lr, s))["slope_val"] for s in plan.search_seeds]))
 
 
-def _extend(values: list[float], best: float) -> float | None:
-    """The next value beyond the edge ``best`` sits on (the grid's end ratio), or None when ``best`` is interior."""
-    values = sorted(values)
-    if best == values[-1]:
-        return values[-1] * values[-1] / values[-2]
-    if best == values[0]:
-        return values[0] * values[0] / values[1]
-    return None
-
-
 def run_speed(plan: SpeedPlan, out_dir: str | Path, workers: int = 2, progress: bool = True, device: str = "cpu",
               together: int = 8) -> dict:
     """Run (or resume) ``plan`` under ``out_dir`` (module docstring); returns the selection."""
     from skillgate_lib.runs.compare import train_all
-    from skillgate_lib.runs.study import check_plan, write_test_records
+    from skillgate_lib.runs.study import check_plan, edge_extension, write_test_records
 
     out_dir = Path(out_dir)
     check_plan(plan, out_dir)
@@ -141,10 +131,10 @@ def run_speed(plan: SpeedPlan, out_dir: str | Path, workers: int = 2, progress: 
         for m in plan.methods:
             scores = {v: _score(plan, out_dir, m, v) for v in grids[m]}
             best = max(grids[m], key=lambda v: (scores[v], -v))
-            nxt = _extend(grids[m], best)
+            nxt = edge_extension(grids[m], best)
             if nxt is not None and len(extensions[m]) < plan.max_extensions:
-                grids[m].append(float(f"{nxt:.3g}"))
-                extensions[m].append(float(f"{nxt:.3g}"))
+                grids[m].append(nxt)
+                extensions[m].append(nxt)
                 grew = True
         if not grew:
             break
@@ -153,7 +143,7 @@ def run_speed(plan: SpeedPlan, out_dir: str | Path, workers: int = 2, progress: 
         scores = {v: _score(plan, out_dir, m, v) for v in sorted(grids[m])}
         best = max(scores, key=lambda v: (scores[v], -v))
         chosen[m] = {"knob": "lr", "value": best, "slope_val": {f"{v:g}": scores[v] for v in scores},
-                     "extended": extensions[m], "at_edge": _extend(list(scores), best) is not None}
+                     "extended": extensions[m], "at_edge": edge_extension(list(scores), best) is not None}
     (out_dir / "selection.json").write_text(json.dumps(chosen, indent=1) + "\n")
     first = max(plan.search_seeds) + 1
     further = list(range(first, first + plan.seeds - len(plan.search_seeds)))
@@ -165,26 +155,6 @@ def run_speed(plan: SpeedPlan, out_dir: str | Path, workers: int = 2, progress: 
     jobs.append((str(out_dir / "warmstart"), plan.regime, plan.test_tasks, plan.model, threads, device))
     write_test_records(jobs, workers, progress)
     return chosen
-
-
-#: What a run of the study keeps in the repository (no checkpoints, adapters or trajectory tables).
-KEPT = ("config.json", "metrics.jsonl", "test.json")
-
-
-def export(study_dir: str | Path, dest: str | Path) -> int:
-    """Copy a study's ``plan.json``, ``selection.json`` and each run's :data:`KEPT` files to ``dest``; returns the
-    files copied. Files already in ``dest`` are replaced only by a run's newer copy (the same path)."""
-    import shutil
-
-    study_dir, dest = Path(study_dir), Path(dest)
-    n = 0
-    for src in sorted(study_dir.glob("*.json")) + sorted(p for d in study_dir.iterdir() if d.is_dir()
-                                                        for p in d.iterdir() if p.name in KEPT):
-        target = dest / src.relative_to(study_dir)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, target)
-        n += 1
-    return n
 
 
 def estimate_minutes(plan: SpeedPlan, workers: int, step_s: float, eval_s: float) -> float:
@@ -233,6 +203,8 @@ def speed_main(argv: list[str] | None = None) -> int:
     chosen = run_speed(plan, out, args.workers, device=args.device, together=args.together)
     print(json.dumps(chosen, indent=1))
     if args.export:
+        from skillgate_lib.runs.study import export
+
         print(f"exported {export(out, args.export)} files to {args.export}")
     print(f"wall time {(time.perf_counter() - t0) / 60:.1f} min")
     return 0

@@ -3,12 +3,15 @@
 The protocol is fixed before the runs it judges and written to ``<out>/plan.json``; a
 study resumed with another plan is refused.
 
-1. **Search.** Every method trains each value of its one searched knob on the search
-   seeds, the same number of values for every method: SkillGate over lambda (its own
-   knob), each baseline over its learning rate.
-2. **Selection.** Per method, the value with the best mean final *validation* success over
-   the search seeds (ties: the first listed, the reference default). Written to
-   ``<out>/selection.json`` with every value's score.
+1. **Search.** Every method trains each point of its grid on the search seeds: the values of
+   its searched knob (``paper``: SkillGate over lambda, each baseline over its learning rate),
+   times the values of any knob searched jointly with it (``paper_note8``: SkillGate's lambda
+   beside the learning rate every arm searches).
+2. **Selection.** Per method, the point with the best mean final *validation* success over
+   the search seeds (ties: the first listed, the reference default). A plan with ``extend``
+   grows a grid whose choice sits at an edge by one value beyond it (the grid's end ratio)
+   and searches again, up to ``extend`` times per method. Written to ``<out>/selection.json``
+   with every point's score (and each extension).
 3. **Seeds.** The chosen value on further seeds, up to the method's count (8 for outcome-only
    and SkillGate, 5 for the others in the ``paper`` plan).
 4. **Test.** Every run at the chosen value, and the warm start once, on the test set
@@ -23,6 +26,7 @@ Command line::
 
     python -m skillgate_lib study --plan paper --out-dir build/runs/study/paper --dry-run   # the plan and its wall time
     python -m skillgate_lib study --plan paper --out-dir build/runs/study/paper             # run or resume it
+    python -m skillgate_lib study --plan paper_note8 --dry-run                              # the table in the note regime
     python -m skillgate_lib study --plan sweep --regime easy --from data/runs/study/paper --out-dir ...
 
 Runs train in groups of ``--together`` (default 8) in each worker, their rollouts decoded in
@@ -35,6 +39,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures as cf
 import dataclasses
+import itertools
 import json
 import multiprocessing as mp
 import os
@@ -57,6 +62,13 @@ class Arm:
     knob: str
     values: tuple[float, ...]
     seeds: int
+    also: tuple[tuple[str, tuple[float, ...]], ...] = ()
+    """Knobs searched jointly with ``knob``, as ``(name, values)`` pairs: the grid is every combination."""
+
+    def points(self, values: list[float] | tuple[float, ...] | None = None) -> list[dict[str, float]]:
+        """The grid: one ``{knob: value, ...}`` per combination (``values``: the searched knob's, default its own)."""
+        knobs = [(self.knob, tuple(self.values if values is None else values)), *self.also]
+        return [dict(zip([k for k, _ in knobs], combo)) for combo in itertools.product(*(v for _, v in knobs))]
 
 
 @dataclass(frozen=True)
@@ -74,23 +86,59 @@ class Plan:
         "prompts_per_step": 4, "group_size": 8, "lr": 5e-3, "eval_every": 25, "eval_tasks": 256,
         "eval_split": "val", "log_train_every": 10})
     """TrainConfig fields every run shares (a searched knob overrides its own)."""
+    extend: int = 0
+    """Times a method's searched knob may grow beyond an edge its choice sits on (0: a fixed grid)."""
 
     def to_json(self) -> dict:
-        return json.loads(json.dumps(dataclasses.asdict(self)))
+        """The plan as ``plan.json`` holds it; fields at their defaults that older plans lack (``extend``, an arm's
+        ``also``) are left out, so that a study planned before them reads back the same."""
+        out = json.loads(json.dumps(dataclasses.asdict(self)))
+        if not self.extend:
+            del out["extend"]
+        for arm in out["arms"]:
+            if not arm["also"]:
+                del arm["also"]
+        return out
 
     def arm(self, method: str) -> Arm:
         return next(a for a in self.arms if a.method == method)
 
-    def config(self, arm: Arm, value: float, seed: int, out_dir: Path, threads: int, device: str = "auto") -> TrainConfig:
-        """The :class:`TrainConfig` of one run: ``out_dir/<method>-<knob><value>-seed<seed>`` (``device``: where it runs,
-        not part of the plan)."""
-        settings = {**self.settings, arm.knob: value}
+    def config(self, arm: Arm, point: float | dict, seed: int, out_dir: Path, threads: int,
+               device: str = "auto") -> TrainConfig:
+        """The :class:`TrainConfig` of one run at ``point`` (a value of the arm's knob, or a point of its grid):
+        ``out_dir/<run_name>`` (``device``: where it runs, not part of the plan)."""
+        settings = {**self.settings, **as_point(arm, point)}
         return TrainConfig(method=arm.method, seed=seed, steps=self.steps, regime=self.regime, model=self.model,
-                           threads=threads, device=device, run_dir=str(out_dir / run_name(arm, value, seed)), **settings)
+                           threads=threads, device=device, run_dir=str(out_dir / run_name(arm, point, seed)), **settings)
 
 
-def run_name(arm: Arm, value: float, seed: int) -> str:
-    return f"{arm.method}-{arm.knob}{value:g}-seed{seed}"
+def as_point(arm: Arm, point: float | dict) -> dict[str, float]:
+    return dict(point) if isinstance(point, dict) else {arm.knob: point}
+
+
+def run_name(arm: Arm, point: float | dict, seed: int) -> str:
+    """``<method>-<knob><value>[-<knob2><value2>...]-seed<seed>``, the searched knob first."""
+    point = as_point(arm, point)
+    knobs = [arm.knob, *(k for k in point if k != arm.knob)]
+    return f"{arm.method}-" + "-".join(f"{k}{point[k]:g}" for k in knobs) + f"-seed{seed}"
+
+
+def point_label(arm: Arm, point: dict) -> str:
+    """A point's key in ``selection.json``: its value alone for a one-knob arm, ``knob=value,...`` otherwise."""
+    return f"{point[arm.knob]:g}" if not arm.also else ",".join(f"{k}={v:g}" for k, v in point.items())
+
+
+def edge_extension(values: list[float], best: float) -> float | None:
+    """The next value beyond the edge ``best`` sits on (the grid's end ratio, 3 significant digits), or None when
+    ``best`` is interior (or the grid has one value)."""
+    values = sorted(values)
+    if len(values) < 2:
+        return None
+    if best == values[-1]:
+        return float(f"{values[-1] * values[-1] / values[-2]:.3g}")
+    if best == values[0]:
+        return float(f"{values[0] * values[0] / values[1]:.3g}")
+    return None
 
 
 #: Learning rates every baseline searches; SkillGate searches lambda at the shared lr (5e-3).
@@ -104,6 +152,25 @@ def paper_plan() -> Plan:
     arms = [Arm("skillgate", "selector_coef", LAMBDAS, 8), Arm("outcome", "lr", BASELINE_LRS, 8)]
     arms += [Arm(m, "lr", BASELINE_LRS, 5) for m in ("utility", "selection_bc", "skill_free", "masked_exec", "shaped")]
     return Plan("paper", "paper", tuple(arms))
+
+
+#: The learning rates every arm of the ``paper_note8`` table searches: below the ``paper`` study's choices
+#: (every arm there chose the lowest of {5e-3, 1e-2}), and the rate study's choice in this regime (3e-3) inside.
+NOTE8_LRS = (1e-3, 3e-3, 1e-2)
+
+
+def note8_plan() -> Plan:
+    """The paper's table in ``paper_note8``, the regime whose audit finds starvation and where SkillGate learns the
+    choice faster (the rate study): the paper's RL rows, ``masked_exec``, ``shaped`` and ``skillgate_exec_read``;
+    every arm the same learning-rate grid (extended at an edge), SkillGate and its ablation also lambda; 8 seeds."""
+    sg = {"also": (("selector_coef", LAMBDAS),)}
+    arms = [Arm(m, "lr", NOTE8_LRS, 8, **sg) for m in ("skillgate", "skillgate_exec_read")]
+    arms += [Arm(m, "lr", NOTE8_LRS, 8)
+             for m in ("outcome", "utility", "selection_bc", "skill_free", "masked_exec", "shaped")]
+    settings = {"prompts_per_step": 4, "group_size": 8, "eval_every": 25, "eval_tasks": 256, "eval_split": "val",
+                "log_train_every": 10}
+    return Plan("paper_note8", "paper_note8", tuple(arms), search_seeds=(0, 1), model="tiny-note8",
+                settings=settings, extend=2)
 
 
 def sweep_plan(regime: str, selection: dict, seeds: int = 8, model: str = "tiny") -> Plan:
@@ -136,23 +203,34 @@ def _final_val(run_dir: Path) -> float:
     return float(ev["eval/success"].iloc[-1])
 
 
-def select(plan: Plan, out_dir: Path) -> dict:
-    """Per method, the value with the best mean final validation success over the search seeds."""
+def select(plan: Plan, out_dir: Path, grids: dict[str, list[float]] | None = None) -> dict:
+    """Per method, the point of its grid with the best mean final validation success over the search seeds (ties:
+    the first point). ``grids``: each method's values of its searched knob, when extended beyond the plan's."""
     chosen = {}
     for arm in plan.arms:
-        scores = {v: sum(_final_val(out_dir / run_name(arm, v, s)) for s in plan.search_seeds) / len(plan.search_seeds)
-                  for v in arm.values}
-        best = max(arm.values, key=lambda v: (scores[v], -arm.values.index(v)))
-        chosen[arm.method] = {"knob": arm.knob, "value": best, "val_success": {f"{v:g}": scores[v] for v in arm.values}}
+        points = arm.points((grids or {}).get(arm.method))
+        scores = [sum(_final_val(out_dir / run_name(arm, p, s)) for s in plan.search_seeds) / len(plan.search_seeds)
+                  for p in points]
+        best = points[max(range(len(points)), key=lambda i: (scores[i], -i))]
+        entry = {"knob": arm.knob, "value": best[arm.knob]}
+        if arm.also:
+            entry["point"] = best
+        entry["val_success"] = {point_label(arm, p): sc for p, sc in zip(points, scores)}
+        chosen[arm.method] = entry
     return chosen
 
 
+def chosen_point(arm: Arm, entry: dict) -> dict[str, float]:
+    """The point a ``selection.json`` entry chose (its ``point``, or its one knob's ``value``)."""
+    return dict(entry.get("point") or {arm.knob: entry["value"]})
+
+
 def selected_runs(plan: Plan, out_dir: Path, chosen: dict) -> list[Path]:
-    """Every run at each method's chosen value: the search seeds and the further ones."""
+    """Every run at each method's chosen point: the search seeds and the further ones."""
     out = []
     for arm in plan.arms:
-        value = chosen[arm.method]["value"]
-        out += [out_dir / run_name(arm, value, s) for s in _seeds(plan, arm)]
+        point = chosen_point(arm, chosen[arm.method])
+        out += [out_dir / run_name(arm, point, s) for s in _seeds(plan, arm)]
     return out
 
 
@@ -217,26 +295,53 @@ def check_plan(plan, out_dir: Path) -> None:
     path.write_text(json.dumps(plan.to_json(), indent=1) + "\n")
 
 
+#: What a run of a study keeps in the repository (no checkpoints, adapters or trajectory tables).
+KEPT = ("config.json", "metrics.jsonl", "test.json")
+
+
+def export(study_dir: str | Path, dest: str | Path) -> int:
+    """Copy a study's ``plan.json``, ``selection.json`` and each run's :data:`KEPT` files to ``dest``; returns the
+    files copied. Files already in ``dest`` are replaced only by a run's newer copy (the same path)."""
+    import shutil
+
+    study_dir, dest = Path(study_dir), Path(dest)
+    n = 0
+    for src in sorted(study_dir.glob("*.json")) + sorted(p for d in study_dir.iterdir() if d.is_dir()
+                                                        for p in d.iterdir() if p.name in KEPT):
+        target = dest / src.relative_to(study_dir)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, target)
+        n += 1
+    return n
+
+
 def n_runs(plan: Plan) -> int:
-    """Training runs of a plan: every value on the search seeds, then the chosen value on the further seeds."""
+    """Training runs of a plan: every point on the search seeds, then the chosen point on the further seeds
+    (before any extension of a grid)."""
     return sum(_runs_of(plan, a) for a in plan.arms)
 
 
 def _runs_of(plan: Plan, arm: Arm) -> int:
-    return len(arm.values) * len(plan.search_seeds) + max(0, arm.seeds - len(plan.search_seeds))
+    return len(arm.points()) * len(plan.search_seeds) + max(0, arm.seeds - len(plan.search_seeds))
 
 
 def estimate_minutes(plan: Plan, workers: int, step_s: dict[str, float] | None = None) -> float:
     """Wall time of the whole plan from seconds per GRPO step by method (one thread each, ``workers`` at once).
 
-    ``step_s`` default: measured on this kind of machine (``time/step_s`` of the committed
-    study's runs, 4 x 8 rollouts, two runs at once on 2 cores; 0.8 s for the methods not
-    named); evaluations at about 4 s per 256 trials, plus a few seconds to start each run.
+    ``step_s`` default: measured on this kind of machine in ``paper`` (``time/step_s`` of the
+    committed study's runs, 4 x 8 rollouts, two runs at once on 2 cores; 0.8 s for the methods
+    not named), scaled to the plan's regime by the rate study's timings of a step and an
+    evaluation there (:data:`skillgate_lib.runs.speed.TIMINGS`); evaluations at about 4 s per
+    256 trials in ``paper``, plus a few seconds to start each run.
     """
+    from skillgate_lib.runs.speed import TIMINGS
+
     step_s = step_s or {"selection_bc": 0.3, "skill_free": 1.1, "masked_exec": 0.5, "utility": 0.6}
-    evals = (plan.steps // plan.settings["eval_every"] + 1) * 4 * plan.settings["eval_tasks"] / 256 + 5
-    train = sum(_runs_of(plan, a) * (plan.steps * step_s.get(a.method, 0.8) + evals) for a in plan.arms)
-    tests = (sum(a.seeds for a in plan.arms) + 1) * (4 * plan.test_tasks / 256 + 5)
+    step_scale, eval_scale = (t / p for t, p in zip(TIMINGS.get(plan.regime, TIMINGS["paper"]), TIMINGS["paper"]))
+    eval_s = 4 * eval_scale
+    evals = (plan.steps // plan.settings["eval_every"] + 1) * eval_s * plan.settings["eval_tasks"] / 256 + 5
+    train = sum(_runs_of(plan, a) * (plan.steps * step_s.get(a.method, 0.8) * step_scale + evals) for a in plan.arms)
+    tests = (sum(a.seeds for a in plan.arms) + 1) * (eval_s * plan.test_tasks / 256 + 5)
     return (train + tests) / workers / 60
 
 
@@ -254,14 +359,12 @@ def run_study(plan: Plan, out_dir: str | Path, workers: int = 2, progress: bool 
     out_dir = Path(out_dir)
     check_plan(plan, out_dir)
     threads = max(1, (os.cpu_count() or 2) // workers)
-    search = [plan.config(a, v, s, out_dir, threads, device) for a in plan.arms for v in a.values for s in plan.search_seeds]
-    train_all(search, workers, False, progress, f"{plan.name}: search", together)
-    chosen = select(plan, out_dir)
+    chosen = search(plan, out_dir, threads, workers, progress, device, together)
     sel = out_dir / "selection.json"
     if sel.exists() and json.loads(sel.read_text()) != json.loads(json.dumps(chosen)):
         raise ValueError(f"{sel}: differs from what the search runs now select; were runs changed by hand?")
     sel.write_text(json.dumps(chosen, indent=1) + "\n")
-    more = [plan.config(a, chosen[a.method]["value"], s, out_dir, threads, device)
+    more = [plan.config(a, chosen_point(a, chosen[a.method]), s, out_dir, threads, device)
             for a in plan.arms for s in _seeds(plan, a) if s not in plan.search_seeds]
     train_all(more, workers, False, progress, f"{plan.name}: seeds", together)
     jobs = [(str(p), plan.regime, plan.test_tasks, None, threads, device) for p in selected_runs(plan, out_dir, chosen)]
@@ -270,14 +373,40 @@ def run_study(plan: Plan, out_dir: str | Path, workers: int = 2, progress: bool 
     return chosen
 
 
-PLANS = {"paper": paper_plan}
+def search(plan: Plan, out_dir: Path, threads: int, workers: int, progress: bool, device: str, together: int) -> dict:
+    """Train every point of every grid on the search seeds and select; with ``plan.extend``, grow each grid whose
+    choice sits at an edge and search again (the module docstring). Returns the selection."""
+    grids = {a.method: list(a.values) for a in plan.arms}
+    extended = {a.method: [] for a in plan.arms}
+    while True:
+        configs = [plan.config(a, p, s, out_dir, threads, device) for a in plan.arms
+                   for p in a.points(grids[a.method]) for s in plan.search_seeds]
+        train_all(configs, workers, False, progress, f"{plan.name}: search", together)
+        chosen = select(plan, out_dir, grids)
+        grew = False
+        for a in plan.arms:
+            nxt = edge_extension(grids[a.method], chosen[a.method]["value"])
+            if nxt is not None and len(extended[a.method]) < plan.extend:
+                grids[a.method].append(nxt)
+                extended[a.method].append(nxt)
+                grew = True
+        if not grew:
+            break
+    if plan.extend:
+        for a in plan.arms:
+            chosen[a.method]["extended"] = extended[a.method]
+            chosen[a.method]["at_edge"] = edge_extension(grids[a.method], chosen[a.method]["value"]) is not None
+    return chosen
+
+
+PLANS = {"paper": paper_plan, "paper_note8": note8_plan}
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m skillgate_lib study", description=__doc__.splitlines()[0])
     p.add_argument("--plan", choices=[*PLANS, "sweep"], default="paper",
-                   help="paper: the table in the paper regime; sweep: outcome vs SkillGate in --regime at the "
-                        "values the study in --from chose")
+                   help="paper: the table in the paper regime; paper_note8: the table where the audit finds "
+                        "starvation; sweep: outcome vs SkillGate in --regime at the values the study in --from chose")
     p.add_argument("--regime", help="the sweep's regime (skillgate_lib.env.regimes)")
     p.add_argument("--from", dest="source", type=Path, help="a finished study whose selection.json the sweep uses")
     p.add_argument("--seeds", type=int, default=8, help="seeds per method of a sweep (default: 8)")
@@ -285,6 +414,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out-dir", type=Path, help="default: build/runs/study/<plan name>")
     p.add_argument("--workers", type=int, default=2, help="runs at once (the cores are split among them)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and its estimated wall time, run nothing")
+    p.add_argument("--export", type=Path, metavar="DIR",
+                   help="after the study, copy its plan, selection and each run's config, metrics and test record to DIR")
     p.add_argument("--device", default="auto", help="where the runs train: auto (CUDA when present), cpu or cuda")
     p.add_argument("--together", type=int, default=TOGETHER,
                    help=f"runs trained together in one worker, their rollouts decoded in one batch (default: {TOGETHER}; "
@@ -308,7 +439,10 @@ def study_main(argv: list[str] | None = None) -> int:
     print(f"study {plan.name!r} in regime {plan.regime!r}: {n_runs(plan)} runs of {plan.steps} steps, "
           f"{sum(a.seeds for a in plan.arms) + 1} test evaluations of {plan.test_tasks} instances -> {out}")
     for a in plan.arms:
-        print(f"  {a.method:<13} {a.knob} in {list(a.values)}, {a.seeds} seeds at the choice")
+        also = "".join(f" x {k} in {list(v)}" for k, v in a.also)
+        print(f"  {a.method:<19} {a.knob} in {list(a.values)}{also}, {a.seeds} seeds at the choice")
+    if plan.extend:
+        print(f"  a choice at an edge of a grid extends it by one value, up to {plan.extend} times")
     print(f"estimated wall time: {estimate_minutes(plan, args.workers):.0f} min with {args.workers} workers "
           "(finished runs are skipped on resume)", flush=True)
     if args.dry_run:
@@ -320,6 +454,8 @@ def study_main(argv: list[str] | None = None) -> int:
         p.error(f"--together must be >= 1, got {args.together}")
     chosen = run_study(plan, out, args.workers, device=args.device, together=args.together)
     print(json.dumps(chosen, indent=1))
+    if args.export:
+        print(f"exported {export(out, args.export)} files to {args.export}")
     print(f"wall time {(time.perf_counter() - t0) / 60:.1f} min")
     return 0
 
