@@ -101,12 +101,14 @@ def dose_response_table(figures_dir: Path) -> str:
 
 
 def verdict(figures_dir: Path, data_dir: Path) -> str:
-    """The README's verdict, at most 8 lines, every number read from ``figures/`` and ``data/runs/diagnosis/``."""
-    from skillgate_lib.report.gradients import note_regime_sentence
+    """The README's verdict, at most 8 lines, every number read from ``figures/``, ``data/runs/diagnosis/`` and
+    ``data/runs/speed/``."""
+    import textwrap
+
+    from skillgate_lib.report import rates
 
     diffs = pd.read_csv(figures_dir / "fig6_test_intervals.csv").set_index("baseline").loc["outcome"]
     dose = pd.read_csv(figures_dir / "fig5_dose_response.csv")
-    f30 = pd.read_csv(data_dir / "runs" / "diagnosis" / "paper_echo_f30" / "summary.csv", dtype=str).set_index("condition")
     success = list(dose["success_diff"]) + [leading_number(pd.read_csv(data_dir / "runs" / "diagnosis" / d / "summary.csv",
                                                                        dtype=str).set_index("condition")
                                                            .loc["skillgate", "success - outcome (pp)"]) for d in DIAGNOSED]
@@ -114,24 +116,31 @@ def verdict(figures_dir: Path, data_dir: Path) -> str:
     success_claim = (f"in none of the {len(success)} regimes compared does it succeed more "
                      f"(differences {min(success):+.1f} to {max(success):+.1f} pp)" if above == 0 else
                      f"it succeeds more in {above} of the {len(success)} regimes compared")
-    return (f"**The paper's headline table is not reproduced at kit scale.** In the `paper` regime, where the audit\n"
-            f"finds the selector starved, SkillGate reads the right skill more often than outcome-only GRPO (oracle-read\n"
+    s_diff = interval_pp(diffs["success"], diffs["success_lo"], diffs["success_hi"])
+    s_word = ("succeeds less" if diffs["success_hi"] < 0 else "succeeds more" if diffs["success_lo"] > 0
+              else "does not succeed more")
+    table, fit, _ = _rate_tables(data_dir)
+    text = (f"**The paper's headline table is not reproduced at kit scale.** In the `paper` regime, where the audit "
+            f"finds the selector starved, SkillGate reads the right skill more often than outcome-only GRPO (oracle-read "
             f"{interval_pp(diffs['oracle_read'], diffs['oracle_read_lo'], diffs['oracle_read_hi'])} pp on the test set, "
-            f"{int(diffs['seeds'])} paired seeds) but succeeds less ({interval_pp(diffs['success'], diffs['success_lo'], diffs['success_hi'])} pp);\n"
-            f"{success_claim}. Where the audit shows\n"
-            f"Share, Sign and Value at the paper's order (`paper_echo_f30`), outcome-only GRPO learns the choice anyway\n"
-            f"(oracle-read {leading_number(f30.loc['outcome', 'test/oracle_read']):.1f} % on the test set; "
-            f"SkillGate {leading_number(f30.loc['skillgate', 'test/oracle_read']):.1f} %, reached sooner).\n"
-            + note_regime_sentence(data_dir))
+            f"{int(diffs['seeds'])} paired seeds) and {s_word} ({s_diff} pp); {success_claim}. "
+            + rates.verdict_sentence(table, fit))
+    keep = re.sub(r"\[[^\]]*\]", lambda m: m.group(0).replace(" ", "\0"), text)  # no line break inside an interval
+    return textwrap.fill(keep, width=112, break_on_hyphens=False, break_long_words=False).replace("\0", " ") + "\n"
 
 
-def _rates(data_dir: Path) -> tuple[str, str, str]:
-    """The rate study's table, predictor fit and summary (``data/runs/speed/``, AdamW studies for the fit)."""
+def _rate_tables(data_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame, object]:
+    """The rate study's table and predictor fit (``data/runs/speed/``, AdamW studies for the fit), and the module."""
     from skillgate_lib.report import rates
 
     table = rates.rate_table(rates.all_runs(data_dir / "runs" / "speed"), data_dir / "runs" / "diagnosis" / "probes",
                              data_dir / "runs" / "diagnosis" / "gradient_proxy" / "summary.csv")
-    fit = rates.predictor_fit(table[table["optimizer"] == "adamw"])
+    return table, rates.predictor_fit(table[table["optimizer"] == "adamw"]), rates
+
+
+def _rates(data_dir: Path) -> tuple[str, str, str]:
+    """The rate study's table, predictor fit and summary as Markdown."""
+    table, fit, rates = _rate_tables(data_dir)
     return rates.rate_markdown(table), rates.fit_markdown(fit), rates.rate_summary(table, fit)
 
 

@@ -67,16 +67,3 @@ def probes_table(data_dir: Path) -> str:
                      interval_pp(100 * r["value"], 100 * r["value_lo"], 100 * r["value_hi"])])
     return markdown_table(["probe", "warm start", "knobs", "success", "oracle-read", "Share, H = 1 -> 8",
                       "Gradient Share, H = 1 -> 8", "wrong-signed reads", "Value pp [95 % CI]"], rows, "lllrrrrrr")
-
-
-def note_regime_sentence(data_dir: Path) -> str:
-    """The verdict's line on the note regime, from its committed audit run (held-out oracle-read, Gradient Share)."""
-    from skillgate_lib import logs
-    from skillgate_lib.audit import run_audit
-
-    run = data_dir / "runs" / "audit" / "paper_note8-outcome"
-    ev = logs.read_metrics(run).query("split == 'eval'").sort_values("step")
-    g = run_audit(run, split="train", n_boot=1000, seed=0).bins["gshare_median"].iloc[-1]
-    return (f"Where the name holds {100 * g:.2f} % of the logit-gradient mass at H = 8 (`paper_note8`), outcome-only GRPO still\n"
-            f"learns it (held-out oracle-read {100 * ev['eval/oracle_read'].iloc[0]:.0f} % -> "
-            f"{100 * ev['eval/oracle_read'].iloc[-1]:.0f} % in {int(ev['step'].iloc[-1])} steps); how much starvation slows it is open.\n")

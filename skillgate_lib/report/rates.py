@@ -348,3 +348,34 @@ def rate_summary(table: pd.DataFrame, fit: pd.DataFrame) -> str:
                f"points, to {100 * t['final_oracle_outcome'].min():.0f}-{100 * t['final_oracle_outcome'].max():.0f} %; "
                f"SkillGate to {100 * t['final_oracle_skillgate'].min():.0f}-{100 * t['final_oracle_skillgate'].max():.0f} %).")
     return "\n".join(s for s in out if s) + "\n"
+
+
+def verdict_sentence(table: pd.DataFrame, fit: pd.DataFrame) -> str:
+    """The README verdict's lines on the rate study (AdamW studies): does outcome-only GRPO learn the choice, how much
+    faster SkillGate learns it, and which predicted ratio comes closest. One paragraph, unwrapped."""
+    t = table[table["optimizer"] == "adamw"]
+    n = len(t)
+    gain = t["final_oracle_outcome"] - t["start_oracle_outcome"]
+    learns = int((gain > 0.10).sum())
+    faster = int((t["ratio_lo"] > 1).sum())
+
+    def span(col, scale=100.0, f="{:.0f}"):
+        lo, hi = f.format(scale * t[col].min()), f.format(scale * t[col].max())
+        return lo if lo == hi else f"{lo}-{hi}"
+
+    out = (f"{'Starvation slows the choice rather than stopping it' if learns == n else 'Starvation can stop the choice'}: "
+           f"in the rate study's {n} regimes outcome-only GRPO learns which skill to read in "
+           f"{'every one' if learns == n else f'{learns} of {n}'} (validation oracle-read "
+           f"{span('start_oracle_outcome')} % -> {span('final_oracle_outcome')} % in 30 steps), and "
+           f"SkillGate learns it {span('ratio', 1.0, '{:.1f}')}x as fast (an interval above 1 in {faster} of {n})")
+    f = fit.set_index("predictor")
+    scored = f.dropna(subset=["max_abs_residual"]) if "max_abs_residual" in f else f.iloc[:0]
+    if len(scored) >= 2:
+        best = scored["max_abs_residual"].idxmin()
+        share = PREDICTORS["pred_share"]
+        out += (f"; of the theory's predictions the one from the {best} comes closest (within a factor of "
+                f"{math.exp(scored.loc[best, 'max_abs_residual']):.1f} in every regime)")
+        if best != share and share in scored.index and scored.loc[share, "mean_residual"] < 0:
+            out += f", while the {share} overstates the speed-up {math.exp(-scored.loc[share, 'mean_residual']):.0f}-fold"
+    return out + "."
+
