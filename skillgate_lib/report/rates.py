@@ -6,7 +6,10 @@ studies under ``data/runs/speed/<regime>[-<optimizer>]/`` and computes, fixed be
 * per study, the two arms at their chosen step sizes, paired by seed: each arm's mean slope
   (Student-t interval over seeds), the observed speed ratio SkillGate / outcome-only (ratio of
   the mean slopes, BCa bootstrap over the seed pairs) and the paired slope difference
-  (t-interval);
+  (t-interval). A ratio of rates means something only where outcome-only learns the choice:
+  where its slope's interval does not lie above 0 the ratio is left out (nan) and the study
+  counts as one where outcome-only GRPO does not learn the choice in the budget (this rule
+  was added after the ``paper`` study, where both arms lose oracle-read, had run);
 * the theory's predicted ratio (:func:`skillgate_lib.theory.predicted_signal_ratio`) from the
   regime's probe of its warm start (``data/runs/diagnosis/probes/*.json``) with three doses:
   the loss-weight Share, the Gradient Share (logit-gradient norms), and, where measured, the
@@ -181,9 +184,13 @@ def rate_table(runs: pd.DataFrame, probes_dir: str | Path = paths.DATA_DIR / "ru
             row[f"start_oracle_{name}"] = float(arm["val_oracle_read_0"].mean())
             row[f"final_oracle_{name}"] = float(arm["val_oracle_read_final"].mean())
             row[f"success_{name}"] = float(arm["val_success_final"].mean())
-        row["ratio"], row["ratio_lo"], row["ratio_hi"] = ratio_interval(s["slope_val"].to_numpy(), o["slope_val"].to_numpy())
+        row["outcome_learns"] = bool(row["slope_outcome_lo"] > 0)
+        row["ratio"], row["ratio_lo"], row["ratio_hi"] = (
+            ratio_interval(s["slope_val"].to_numpy(), o["slope_val"].to_numpy()) if row["outcome_learns"]
+            else (math.nan, math.nan, math.nan))
         row["diff"], row["diff_lo"], row["diff_hi"] = t_interval(s["slope_val"].to_numpy() - o["slope_val"].to_numpy())
-        row["ratio_onpolicy"] = float(s["slope_onpolicy"].mean() / o["slope_onpolicy"].mean())
+        row["ratio_onpolicy"] = (float(s["slope_onpolicy"].mean() / o["slope_onpolicy"].mean()) if row["outcome_learns"]
+                                 else math.nan)
         probe = probes.get((regime, model), {})
         row["pred_share"] = probe.get("ratio_share", math.nan)
         row["pred_gshare"] = probe.get("ratio_gshare", math.nan)
@@ -298,11 +305,12 @@ def rate_markdown(table: pd.DataFrame) -> str:
 
     rows = [[f"`{r.study}`", str(r.seeds), f"{r.lr_outcome:g} / {r.lr_skillgate:g}",
              ci(r.slope_outcome, r.slope_outcome_lo, r.slope_outcome_hi), ci(r.slope_skillgate, r.slope_skillgate_lo, r.slope_skillgate_hi),
-             ci(r.ratio, r.ratio_lo, r.ratio_hi, "{:.2f}"), f"{100 * r.final_oracle_outcome:.1f} / {100 * r.final_oracle_skillgate:.1f}",
+             ci(r.ratio, r.ratio_lo, r.ratio_hi, "{:.2f}") if r.outcome_learns else "– (outcome-only does not learn)",
+             f"{100 * r.start_oracle_outcome:.1f} -> {100 * r.final_oracle_outcome:.1f} / {100 * r.final_oracle_skillgate:.1f}",
              *(f"{getattr(r, c):.2f}" if np.isfinite(getattr(r, c)) else "–" for c in PREDICTORS)]
             for r in table.itertuples()]
     return markdown_table(["study", "seeds", "lr (outcome / SkillGate)", "slope, outcome-only", "slope, SkillGate",
-                           "observed ratio [BCa 95 %]", "val oracle-read, step 30 (%)", *(f"predicted from {v}" for v in PREDICTORS.values())],
+                           "observed ratio [BCa 95 %]", "val oracle-read, step 0 -> 30, outcome / SkillGate (%)", *(f"predicted from {v}" for v in PREDICTORS.values())],
                           rows, "llrrrrr" + "r" * len(PREDICTORS))
 
 
@@ -319,20 +327,32 @@ def fit_markdown(fit: pd.DataFrame) -> str:
                            "largest abs. log residual"], rows, "lrrrrr")
 
 
+def _not_learning(t: pd.DataFrame) -> str:
+    """Where outcome-only GRPO does not learn the choice: each such regime's validation oracle-read, start -> step 30,
+    for both arms."""
+    return "; ".join(f"`{r.regime}` {100 * r.start_oracle_outcome:.0f} % -> {100 * r.final_oracle_outcome:.0f} % "
+                     f"(SkillGate -> {100 * r.final_oracle_skillgate:.0f} %)" for r in t.itertuples())
+
+
 def rate_summary(table: pd.DataFrame, fit: pd.DataFrame) -> str:
-    """The rate study's findings in a few generated sentences (docs/results.md, the README's verdict)."""
+    """The rate study's findings in a few generated sentences (docs/results.md)."""
     t = table[table["optimizer"] == "adamw"]
-    faster = t[t["ratio_lo"] > 1]
-    slower = t[t["ratio_hi"] < 1]
+    rated = t[t["outcome_learns"]]
+    faster = rated[rated["ratio_lo"] > 1]
+    slower = rated[rated["ratio_hi"] < 1]
+    neither = rated[(rated["ratio_lo"] <= 1) & (rated["ratio_hi"] >= 1)]
 
     def each(rows):
         return ", ".join(f"`{r.regime}` {r.ratio:.2f} [{r.ratio_lo:.2f}, {r.ratio_hi:.2f}]" for r in rows.itertuples())
 
-    out = [f"With AdamW at each arm's best step size, SkillGate learns the choice faster than outcome-only GRPO in "
-           f"{len(faster)} of {len(t)} regimes (speed ratio [BCa 95 %]: {each(faster) or 'none'})"
+    out = [f"With AdamW at each arm's best step size, outcome-only GRPO learns the choice (its slope's interval above 0) "
+           f"in {len(rated)} of {len(t)} regimes; there SkillGate learns it faster in {len(faster)} "
+           f"(speed ratio [BCa 95 %]: {each(faster) or 'none'})"
            + (f", slower in {len(slower)} ({each(slower)})" if len(slower) else "")
-           + (f", and neither, within the interval, in {len(t) - len(faster) - len(slower)} ({each(t[(t['ratio_lo'] <= 1) & (t['ratio_hi'] >= 1)])})"
-              if len(t) - len(faster) - len(slower) else "") + "."]
+           + (f", and neither, within the interval, in {len(neither)} ({each(neither)})" if len(neither) else "") + "."]
+    if len(rated) < len(t):
+        out.append("Where outcome-only GRPO does not learn the choice in 30 steps (validation oracle-read, start -> "
+                   f"step 30): {_not_learning(t[~t['outcome_learns']])}.")
     fit = fit.set_index("predictor")
     scored = fit.dropna(subset=["max_abs_residual"]) if "max_abs_residual" in fit else fit.iloc[:0]
     if len(scored):
@@ -341,41 +361,41 @@ def rate_summary(table: pd.DataFrame, fit: pd.DataFrame) -> str:
                    f"of {math.exp(scored.loc[best, 'max_abs_residual']):.1f}, log-log slope {scored.loc[best, 'loglog_slope']:+.2f}); "
                    + "; ".join(f"the {p}'s overstates the ratio {math.exp(-r['mean_residual']):.0f}-fold on average"
                                for p, r in scored.iterrows() if p != best and r["mean_residual"] < 0) + ".")
-    gain = t["final_oracle_outcome"] - t["start_oracle_outcome"]
-    learns = t[gain > 0.10]
-    out.append(f"Outcome-only GRPO learns the choice in {len(learns)} of {len(t)} regimes all the same (validation "
-               f"oracle-read up by more than 10 points in 30 steps; by {100 * gain.min():.0f}-{100 * gain.max():.0f} "
-               f"points, to {100 * t['final_oracle_outcome'].min():.0f}-{100 * t['final_oracle_outcome'].max():.0f} %; "
-               f"SkillGate to {100 * t['final_oracle_skillgate'].min():.0f}-{100 * t['final_oracle_skillgate'].max():.0f} %).")
+    gain = rated["final_oracle_outcome"] - rated["start_oracle_outcome"]
+    if len(rated):
+        out.append(f"Where it learns, outcome-only GRPO raises validation oracle-read by {100 * gain.min():.0f}-"
+                   f"{100 * gain.max():.0f} points in 30 steps, to {100 * rated['final_oracle_outcome'].min():.0f}-"
+                   f"{100 * rated['final_oracle_outcome'].max():.0f} % (SkillGate to "
+                   f"{100 * rated['final_oracle_skillgate'].min():.0f}-{100 * rated['final_oracle_skillgate'].max():.0f} %).")
     return "\n".join(s for s in out if s) + "\n"
 
 
 def verdict_sentence(table: pd.DataFrame, fit: pd.DataFrame) -> str:
-    """The README verdict's lines on the rate study (AdamW studies): does outcome-only GRPO learn the choice, how much
-    faster SkillGate learns it, and which predicted ratio comes closest. One paragraph, unwrapped."""
+    """The README verdict's lines on the rate study (AdamW studies): where outcome-only GRPO learns the choice, how much
+    faster SkillGate learns it, which predicted ratio comes closest, and where outcome-only does not learn it."""
     t = table[table["optimizer"] == "adamw"]
-    n = len(t)
-    gain = t["final_oracle_outcome"] - t["start_oracle_outcome"]
-    learns = int((gain > 0.10).sum())
-    faster = int((t["ratio_lo"] > 1).sum())
+    rated = t[t["outcome_learns"]]
+    n, k = len(t), len(rated)
+    faster = int((rated["ratio_lo"] > 1).sum())
 
-    def span(col, scale=100.0, f="{:.0f}"):
-        lo, hi = f.format(scale * t[col].min()), f.format(scale * t[col].max())
+    def span(rows, col, scale=100.0, f="{:.0f}"):
+        lo, hi = f.format(scale * rows[col].min()), f.format(scale * rows[col].max())
         return lo if lo == hi else f"{lo}-{hi}"
 
-    out = (f"{'Starvation slows the choice rather than stopping it' if learns == n else 'Starvation can stop the choice'}: "
-           f"in the rate study's {n} regimes outcome-only GRPO learns which skill to read in "
-           f"{'every one' if learns == n else f'{learns} of {n}'} (validation oracle-read "
-           f"{span('start_oracle_outcome')} % -> {span('final_oracle_outcome')} % in 30 steps), and "
-           f"SkillGate learns it {span('ratio', 1.0, '{:.1f}')}x as fast (an interval above 1 in {faster} of {n})")
+    out = (f"In {k} of the rate study's {n} regimes outcome-only GRPO learns which skill to read (validation oracle-read "
+           f"{span(rated, 'start_oracle_outcome')} % -> {span(rated, 'final_oracle_outcome')} % in 30 steps) and SkillGate "
+           f"learns it {span(rated, 'ratio', 1.0, '{:.1f}')}x as fast (interval above 1 in {faster} of {k})")
     f = fit.set_index("predictor")
     scored = f.dropna(subset=["max_abs_residual"]) if "max_abs_residual" in f else f.iloc[:0]
     if len(scored) >= 2:
         best = scored["max_abs_residual"].idxmin()
         share = PREDICTORS["pred_share"]
-        out += (f"; of the theory's predictions the one from the {best} comes closest (within a factor of "
-                f"{math.exp(scored.loc[best, 'max_abs_residual']):.1f} in every regime)")
+        out += (f", closest to the theory's prediction from the {best} (within a factor of "
+                f"{math.exp(scored.loc[best, 'max_abs_residual']):.1f}")
         if best != share and share in scored.index and scored.loc[share, "mean_residual"] < 0:
-            out += f", while the {share} overstates the speed-up {math.exp(-scored.loc[share, 'mean_residual']):.0f}-fold"
-    return out + "."
-
+            out += f"; from the {share}, {math.exp(-scored.loc[share, 'mean_residual']):.0f}-fold too high"
+        out += ")"
+    out += "."
+    if k < n:
+        out += f" Where it does not: {_not_learning(t[~t['outcome_learns']])}."
+    return out
