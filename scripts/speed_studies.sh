@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The rate study in the order it is run: AdamW in five regimes (cheapest first), then the optimizer
-# control (normalised SGD and plain SGD) in the note regime and the echo regime. Resumable: rerun it
+# control (normalised SGD and plain SGD) in the note regime, then in the echo regime. Resumable: rerun it
 # and finished runs are skipped. Runs write under build/runs/speed/; each finished study is copied
 # (plan, selection, each run's config, metrics and test record) to data/runs/speed/<name>/; a study
 # already exported there (its selection.json is written last) is skipped, so a fresh clone resumes too.
@@ -14,4 +14,4 @@ run() {  # regime optimizer
     --export "data/runs/speed/$name"
 }
 for r in paper_note8 paper_note4 paper easy paper_echo_f30; do run "$r" adamw; done
-for o in nsgd sgd; do for r in paper_note8 paper_echo_f30; do run "$r" "$o"; done; done
+for r in paper_note8 paper_echo_f30; do for o in nsgd sgd; do run "$r" "$o"; done; done

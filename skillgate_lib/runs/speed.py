@@ -200,14 +200,9 @@ def speed_main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         return 0
     t0 = time.perf_counter()
-    chosen = run_speed(plan, out, args.workers, device=args.device, together=args.together)
-    print(json.dumps(chosen, indent=1))
-    if args.export:
-        from skillgate_lib.runs.study import export
+    from skillgate_lib.runs.study import finish
 
-        print(f"exported {export(out, args.export)} files to {args.export}")
-    print(f"wall time {(time.perf_counter() - t0) / 60:.1f} min")
-    return 0
+    return finish(run_speed(plan, out, args.workers, device=args.device, together=args.together), out, args.export, t0)
 
 
 main = speed_main

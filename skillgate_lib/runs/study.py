@@ -315,6 +315,15 @@ def export(study_dir: str | Path, dest: str | Path) -> int:
     return n
 
 
+def finish(chosen: dict, out: Path, export_to: Path | None, t0: float) -> int:
+    """The end of a study command: print the selection, export the study when asked, print the wall time."""
+    print(json.dumps(chosen, indent=1))
+    if export_to:
+        print(f"exported {export(out, export_to)} files to {export_to}")
+    print(f"wall time {(time.perf_counter() - t0) / 60:.1f} min")
+    return 0
+
+
 def n_runs(plan: Plan) -> int:
     """Training runs of a plan: every point on the search seeds, then the chosen point on the further seeds
     (before any extension of a grid)."""
@@ -453,11 +462,7 @@ def study_main(argv: list[str] | None = None) -> int:
     if args.together < 1:
         p.error(f"--together must be >= 1, got {args.together}")
     chosen = run_study(plan, out, args.workers, device=args.device, together=args.together)
-    print(json.dumps(chosen, indent=1))
-    if args.export:
-        print(f"exported {export(out, args.export)} files to {args.export}")
-    print(f"wall time {(time.perf_counter() - t0) / 60:.1f} min")
-    return 0
+    return finish(chosen, out, args.export, t0)
 
 
 main = study_main
