@@ -114,6 +114,34 @@ def test_a_perfect_predictor_fits_with_slope_one():
     assert fit.loc["summed-gradient share", "studies"] == 2
 
 
+def _runs(study, regime, outcome_slopes, skillgate_slopes, start=0.5, final=(0.8, 0.9)):
+    rows = []
+    for method, slopes, end in (("outcome", outcome_slopes, final[0]), ("skillgate", skillgate_slopes, final[1])):
+        rows += [{"study": study, "regime": regime, "optimizer": "adamw", "model": "tiny", "method": method, "seed": i,
+                  "chosen": True, "lr": 3e-3, "slope_val": v, "slope_onpolicy": v, "half_gap_step": 10.0,
+                  "val_oracle_read_0": start, "val_oracle_read_final": end, "val_success_final": 0.2}
+                 for i, v in enumerate(slopes)]
+    return rows
+
+
+def test_a_ratio_is_given_only_where_outcome_only_learns_the_choice(tmp_path):
+    rng = np.random.default_rng(0)
+    learning = 0.06 + 0.005 * rng.standard_normal(8)
+    runs = pd.DataFrame(_runs("a", "a", learning, 2 * learning + 0.005 * rng.standard_normal(8))
+                        + _runs("b", "b", -0.02 + 0.005 * rng.standard_normal(8), -0.03 + 0.005 * rng.standard_normal(8),
+                                start=0.36, final=(0.25, 0.2)))
+    table = rates.rate_table(runs, tmp_path, tmp_path / "none.csv").set_index("study")
+    assert table.loc["a", "outcome_learns"] and table.loc["a", "ratio"] == pytest.approx(2.0, rel=0.1)
+    assert not table.loc["b", "outcome_learns"] and math.isnan(table.loc["b", "ratio"])  # -/- is no speed-up
+    assert table.loc["b", "diff"] < 0
+    fit = rates.predictor_fit(table.reset_index())
+    text = rates.verdict_sentence(table.reset_index(), fit)
+    assert "In 1 of the rate study's 2 regimes" in text and "Where it does not: `b` 36 % -> 25 % (SkillGate -> 20 %)" in text
+    summary = rates.rate_summary(table.reset_index(), fit)
+    assert "in 1 of 2 regimes" in summary and "`b` 36 % -> 25 %" in summary
+    assert "outcome-only does not learn" in rates.rate_markdown(table.reset_index())
+
+
 @pytest.mark.slow
 def test_a_small_study_runs_extends_resumes_and_exports(tmp_path):
     settings = {"prompts_per_step": 2, "group_size": 4, "selector_coef": 0.2, "eval_every": 2, "eval_tasks": 8,

@@ -327,6 +327,12 @@ def fit_markdown(fit: pd.DataFrame) -> str:
                            "largest abs. log residual"], rows, "lrrrrr")
 
 
+def _span(rows: pd.DataFrame, col: str, scale: float = 100.0, f: str = "{:.0f}") -> str:
+    """``min-max`` of a column as text (one number when they print alike)."""
+    lo, hi = f.format(scale * rows[col].min()), f.format(scale * rows[col].max())
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
 def _not_learning(t: pd.DataFrame) -> str:
     """Where outcome-only GRPO does not learn the choice: each such regime's validation oracle-read, start -> step 30,
     for both arms."""
@@ -361,12 +367,11 @@ def rate_summary(table: pd.DataFrame, fit: pd.DataFrame) -> str:
                    f"of {math.exp(scored.loc[best, 'max_abs_residual']):.1f}, log-log slope {scored.loc[best, 'loglog_slope']:+.2f}); "
                    + "; ".join(f"the {p}'s overstates the ratio {math.exp(-r['mean_residual']):.0f}-fold on average"
                                for p, r in scored.iterrows() if p != best and r["mean_residual"] < 0) + ".")
-    gain = rated["final_oracle_outcome"] - rated["start_oracle_outcome"]
     if len(rated):
-        out.append(f"Where it learns, outcome-only GRPO raises validation oracle-read by {100 * gain.min():.0f}-"
-                   f"{100 * gain.max():.0f} points in 30 steps, to {100 * rated['final_oracle_outcome'].min():.0f}-"
-                   f"{100 * rated['final_oracle_outcome'].max():.0f} % (SkillGate to "
-                   f"{100 * rated['final_oracle_skillgate'].min():.0f}-{100 * rated['final_oracle_skillgate'].max():.0f} %).")
+        gain = rated.assign(gain=rated["final_oracle_outcome"] - rated["start_oracle_outcome"])
+        out.append(f"Where it learns, outcome-only GRPO raises validation oracle-read by {_span(gain, 'gain')} points "
+                   f"in 30 steps, to {_span(rated, 'final_oracle_outcome')} % (SkillGate to "
+                   f"{_span(rated, 'final_oracle_skillgate')} %).")
     return "\n".join(s for s in out if s) + "\n"
 
 
@@ -378,13 +383,9 @@ def verdict_sentence(table: pd.DataFrame, fit: pd.DataFrame) -> str:
     n, k = len(t), len(rated)
     faster = int((rated["ratio_lo"] > 1).sum())
 
-    def span(rows, col, scale=100.0, f="{:.0f}"):
-        lo, hi = f.format(scale * rows[col].min()), f.format(scale * rows[col].max())
-        return lo if lo == hi else f"{lo}-{hi}"
-
     out = (f"In {k} of the rate study's {n} regimes outcome-only GRPO learns which skill to read (validation oracle-read "
-           f"{span(rated, 'start_oracle_outcome')} % -> {span(rated, 'final_oracle_outcome')} % in 30 steps) and SkillGate "
-           f"learns it {span(rated, 'ratio', 1.0, '{:.1f}')}x as fast (interval above 1 in {faster} of {k})")
+           f"{_span(rated, 'start_oracle_outcome')} % -> {_span(rated, 'final_oracle_outcome')} % in 30 steps) and SkillGate "
+           f"learns it {_span(rated, 'ratio', 1.0, '{:.1f}')}x as fast (interval above 1 in {faster} of {k})")
     f = fit.set_index("predictor")
     scored = f.dropna(subset=["max_abs_residual"]) if "max_abs_residual" in f else f.iloc[:0]
     if len(scored) >= 2:
