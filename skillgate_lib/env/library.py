@@ -35,7 +35,8 @@ VAL_PERCENT = 40
 SPLITS = ("train", "eval", "val", "test")
 
 
-def skill_name(domain: str, family: str, variant: str) -> str:
+def name_of(domain: str, family: str, variant: str) -> str:
+    """A library skill's name, ``<domain>-<family>-<variant>`` (what ``names.skill_name`` maps a read to)."""
     return f"{domain}-{family}-{variant}"
 
 
@@ -48,7 +49,7 @@ def skill_md(domain: str, family: str, variant: str) -> str:
     """The SKILL.md text of one embedded skill."""
     tables, _ = family_tables(domain, family)
     return (
-        f"---\nname: {skill_name(domain, family, variant)}\ndescription: {description(domain, family)}\n"
+        f"---\nname: {name_of(domain, family, variant)}\ndescription: {description(domain, family)}\n"
         f"metadata:\n  domain: {domain}\n  family: {family}\n  variant: {variant}\n---\n"
         f"{render_table(tables[variant])}\n"
     )
@@ -66,7 +67,7 @@ def write_library(root: str | Path = paths.DATA_DIR / "skills") -> list[Path]:
         keep = set()
         for family in dom.families:
             for variant in family_tables(dom.name, family)[0]:
-                name = skill_name(dom.name, family, variant)
+                name = name_of(dom.name, family, variant)
                 keep.add(name)
                 path = root / dom.name / name / "SKILL.md"
                 path.parent.mkdir(parents=True, exist_ok=True)

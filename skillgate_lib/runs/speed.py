@@ -200,9 +200,9 @@ def speed_main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         return 0
     t0 = time.perf_counter()
-    from skillgate_lib.runs.study import finish
+    from skillgate_lib.runs.study import end_command
 
-    return finish(run_speed(plan, out, args.workers, device=args.device, together=args.together), out, args.export, t0)
+    return end_command(run_speed(plan, out, args.workers, device=args.device, together=args.together), out, args.export, t0)
 
 
 main = speed_main

@@ -315,7 +315,7 @@ def export(study_dir: str | Path, dest: str | Path) -> int:
     return n
 
 
-def finish(chosen: dict, out: Path, export_to: Path | None, t0: float) -> int:
+def end_command(chosen: dict, out: Path, export_to: Path | None, t0: float) -> int:
     """The end of a study command: print the selection, export the study when asked, print the wall time."""
     print(json.dumps(chosen, indent=1))
     if export_to:
@@ -462,7 +462,7 @@ def study_main(argv: list[str] | None = None) -> int:
     if args.together < 1:
         p.error(f"--together must be >= 1, got {args.together}")
     chosen = run_study(plan, out, args.workers, device=args.device, together=args.together)
-    return finish(chosen, out, args.export, t0)
+    return end_command(chosen, out, args.export, t0)
 
 
 main = study_main
