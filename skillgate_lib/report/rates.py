@@ -335,9 +335,11 @@ def _span(rows: pd.DataFrame, col: str, scale: float = 100.0, f: str = "{:.0f}")
 
 def _not_learning(t: pd.DataFrame) -> str:
     """Where outcome-only GRPO does not learn the choice: each such regime's validation oracle-read, start -> step 30,
-    for both arms."""
+    for both arms, and whether SkillGate's slope lies above 0 there."""
     return "; ".join(f"`{r.regime}` {100 * r.start_oracle_outcome:.0f} % -> {100 * r.final_oracle_outcome:.0f} % "
-                     f"(SkillGate -> {100 * r.final_oracle_skillgate:.0f} %)" for r in t.itertuples())
+                     f"(SkillGate -> {100 * r.final_oracle_skillgate:.0f} %, "
+                     f"{'whose slope is above 0' if r.slope_skillgate_lo > 0 else 'not learning either'})"
+                     for r in t.itertuples())
 
 
 def rate_summary(table: pd.DataFrame, fit: pd.DataFrame) -> str:
@@ -391,12 +393,11 @@ def verdict_sentence(table: pd.DataFrame, fit: pd.DataFrame) -> str:
     if len(scored) >= 2:
         best = scored["max_abs_residual"].idxmin()
         share = PREDICTORS["pred_share"]
-        out += (f", closest to the theory's prediction from the {best} (within a factor of "
-                f"{math.exp(scored.loc[best, 'max_abs_residual']):.1f}")
+        out += (f", near the theory's prediction from the {best} (within {math.exp(scored.loc[best, 'max_abs_residual']):.1f}x")
         if best != share and share in scored.index and scored.loc[share, "mean_residual"] < 0:
-            out += f"; from the {share}, {math.exp(-scored.loc[share, 'mean_residual']):.0f}-fold too high"
+            out += f"; the {share} predicts {math.exp(-scored.loc[share, 'mean_residual']):.0f}x too much"
         out += ")"
     out += "."
     if k < n:
-        out += f" Where it does not: {_not_learning(t[~t['outcome_learns']])}."
+        out += f" Where it does not in 30 steps: {_not_learning(t[~t['outcome_learns']])}."
     return out
