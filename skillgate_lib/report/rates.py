@@ -223,17 +223,22 @@ def predictor_fit(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def rate_figure(table: pd.DataFrame):
-    """Observed speed ratio against each predicted ratio (log-log, identity line), one panel per predictor;
-    markers by optimizer, bars the BCa interval of the ratio."""
+    """Observed speed ratio against each predicted ratio (log-log, identity line), one panel per predictor, every
+    panel on the same square axes so that the identity is each panel's diagonal; markers by optimizer, bars the
+    BCa interval of the ratio."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import LogLocator, NullFormatter
 
     from skillgate_lib.plots import WIDTH
 
-    fig, axes = plt.subplots(1, len(PREDICTORS), figsize=(WIDTH * 1.35, 3.4), sharey=True)
+    fig, axes = plt.subplots(1, len(PREDICTORS), figsize=(WIDTH * 1.35, 3.6), sharex=True, sharey=True)
     markers = {"adamw": "o", "nsgd": "s", "sgd": "^"}
     shown = table[table["ratio"] > 0]
-    y_vals = pd.concat([shown["ratio"], shown["ratio_lo"], shown["ratio_hi"]]).dropna()
+    vals = pd.concat([shown["ratio"], shown["ratio_lo"], shown["ratio_hi"], *(shown[c] for c in PREDICTORS)]).dropna()
+    vals = vals[vals > 0]
+    lim = (min(0.7, float(vals.min()) / 1.5), max(2.0, float(vals.max()) * 1.5)) if len(vals) else (0.5, 2.0)
     for ax, (col, label) in zip(axes, PREDICTORS.items()):
+        ax.plot(lim, lim, color="grey", lw=1, ls="--", label="identity")
         t = shown[shown[col].notna()]
         for opt, g in t.groupby("optimizer", sort=False):
             lo = (g["ratio"] - g["ratio_lo"]).clip(lower=0).fillna(0)
@@ -241,13 +246,14 @@ def rate_figure(table: pd.DataFrame):
             ax.errorbar(g[col], g["ratio"], yerr=[lo, hi], fmt=markers.get(opt, "o"), capsize=3, label=opt)
             for r in g.itertuples():
                 ax.annotate(r.regime, (getattr(r, col), r.ratio), fontsize=7, xytext=(4, 3), textcoords="offset points")
-        vals = pd.concat([t[col], y_vals])
-        vals = vals[vals > 0]
-        if len(vals):
-            lim = (float(vals.min()) / 1.5, float(vals.max()) * 1.5)
-            ax.plot(lim, lim, color="grey", lw=1, ls="--", label="identity")
         ax.set_xscale("log")
         ax.set_yscale("log")
+        ax.set_xlim(lim)
+        ax.set_ylim(lim)
+        ax.set_aspect("equal")
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_locator(LogLocator(base=10))
+            axis.set_minor_formatter(NullFormatter())
         ax.set_xlabel(f"predicted, from {label}")
     axes[0].set_ylabel("observed speed ratio\nSkillGate / outcome-only")
     axes[0].legend(fontsize=7, loc="upper left")
