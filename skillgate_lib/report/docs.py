@@ -114,13 +114,13 @@ def verdict(figures_dir: Path, data_dir: Path) -> str:
                                                            .loc["skillgate", "success - outcome (pp)"]) for d in DIAGNOSED]
     above = sum(s > 0 for s in success)
     success_claim = (f"in none of {len(success)} regimes does it succeed more "
-                     f"(differences {min(success):+.1f} to {max(success):+.1f} pp)" if above == 0 else
+                     f"({min(success):+.1f} to {max(success):+.1f} pp)" if above == 0 else
                      f"it succeeds more in {above} of the {len(success)} regimes compared")
     s_diff = interval_pp(diffs["success"], diffs["success_lo"], diffs["success_hi"])
     s_word = ("succeeds less" if diffs["success_hi"] < 0 else "succeeds more" if diffs["success_lo"] > 0
               else "does not succeed more")
     table, fit, _ = _rate_tables(data_dir)
-    text = (f"**The paper's headline table is not reproduced at kit scale.** In the `paper` regime SkillGate reads the "
+    text = (f"**The paper's headline table is not reproduced at kit scale.** In `paper` SkillGate reads the "
             f"right skill more often than outcome-only GRPO (oracle-read "
             f"{interval_pp(diffs['oracle_read'], diffs['oracle_read_lo'], diffs['oracle_read_hi'])} pp on the test set, "
             f"{int(diffs['seeds'])} paired seeds) and {s_word} ({s_diff} pp); {success_claim}. "
