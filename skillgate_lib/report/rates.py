@@ -224,28 +224,27 @@ def predictor_fit(table: pd.DataFrame) -> pd.DataFrame:
 
 def rate_figure(table: pd.DataFrame):
     """Observed speed ratio against each predicted ratio (log-log, identity line), one panel per predictor, every
-    panel on the same square axes so that the identity is each panel's diagonal; markers by optimizer, bars the
-    BCa interval of the ratio."""
+    panel on the same square axes so that the identity is each panel's diagonal; colour by regime, marker by
+    optimizer, bars the BCa interval of the ratio; one legend below."""
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
     from matplotlib.ticker import LogLocator, NullFormatter
 
     from skillgate_lib.plots import WIDTH
 
-    fig, axes = plt.subplots(1, len(PREDICTORS), figsize=(WIDTH * 1.35, 3.6), sharex=True, sharey=True)
+    fig, axes = plt.subplots(1, len(PREDICTORS), figsize=(WIDTH * 1.35, 4.0), sharex=True, sharey=True,
+                             layout="constrained")
     markers = {"adamw": "o", "nsgd": "s", "sgd": "^"}
     shown = table[table["ratio"] > 0]
+    colours = {r: f"C{i}" for i, r in enumerate(sorted(shown["regime"].unique()))}
     vals = pd.concat([shown["ratio"], shown["ratio_lo"], shown["ratio_hi"], *(shown[c] for c in PREDICTORS)]).dropna()
     vals = vals[vals > 0]
     lim = (min(0.7, float(vals.min()) / 1.5), max(2.0, float(vals.max()) * 1.5)) if len(vals) else (0.5, 2.0)
     for ax, (col, label) in zip(axes, PREDICTORS.items()):
-        ax.plot(lim, lim, color="grey", lw=1, ls="--", label="identity")
-        t = shown[shown[col].notna()]
-        for opt, g in t.groupby("optimizer", sort=False):
-            lo = (g["ratio"] - g["ratio_lo"]).clip(lower=0).fillna(0)
-            hi = (g["ratio_hi"] - g["ratio"]).clip(lower=0).fillna(0)
-            ax.errorbar(g[col], g["ratio"], yerr=[lo, hi], fmt=markers.get(opt, "o"), capsize=3, label=opt)
-            for r in g.itertuples():
-                ax.annotate(r.regime, (getattr(r, col), r.ratio), fontsize=7, xytext=(4, 3), textcoords="offset points")
+        ax.plot(lim, lim, color="grey", lw=1, ls="--")
+        for r in shown[shown[col].notna()].itertuples():
+            ax.errorbar([getattr(r, col)], [r.ratio], yerr=[[max(r.ratio - r.ratio_lo, 0)], [max(r.ratio_hi - r.ratio, 0)]],
+                        fmt=markers.get(r.optimizer, "o"), color=colours[r.regime], capsize=3, ms=6)
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlim(lim)
@@ -256,8 +255,11 @@ def rate_figure(table: pd.DataFrame):
             axis.set_minor_formatter(NullFormatter())
         ax.set_xlabel(f"predicted, from {label}")
     axes[0].set_ylabel("observed speed ratio\nSkillGate / outcome-only")
-    axes[0].legend(fontsize=7, loc="upper left")
-    fig.tight_layout()
+    handles = [Line2D([], [], color=c, marker="o", ls="", label=r) for r, c in colours.items()]
+    handles += [Line2D([], [], color="0.3", marker=markers.get(o, "o"), ls="", label=o)
+                for o in dict.fromkeys(shown["optimizer"])]
+    handles.append(Line2D([], [], color="grey", lw=1, ls="--", label="identity"))
+    fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 5), fontsize=8)
     return fig
 
 
@@ -375,6 +377,12 @@ def rate_summary(table: pd.DataFrame, fit: pd.DataFrame) -> str:
                    f"of {math.exp(scored.loc[best, 'max_abs_residual']):.1f}, log-log slope {scored.loc[best, 'loglog_slope']:+.2f}); "
                    + "; ".join(f"the {p}'s overstates the ratio {math.exp(-r['mean_residual']):.0f}-fold on average"
                                for p, r in scored.iterrows() if p != best and r["mean_residual"] < 0) + ".")
+    others = table[table["optimizer"] != "adamw"]
+    for regime, g in table[table["regime"].isin(others["regime"])].groupby("regime", sort=True):
+        each = "; ".join(f"{r.optimizer} {r.ratio:.2f} [{r.ratio_lo:.2f}, {r.ratio_hi:.2f}]" if r.outcome_learns
+                         else f"{r.optimizer}: outcome-only does not learn" for r in g.itertuples())
+        out.append(f"The optimizer control in `{regime}` (speed ratio by optimizer, each with its own searched step "
+                   f"size): {each}.")
     if len(rated):
         gain = rated.assign(gain=rated["final_oracle_outcome"] - rated["start_oracle_outcome"])
         out.append(f"Where it learns, outcome-only GRPO raises validation oracle-read by {_span(gain, 'gain')} points "
