@@ -205,3 +205,25 @@ def test_named_sweeps_carry_their_regime_and_warm_start():
     assert study.named_sweep("easy", selection).model == "tiny"
     with pytest.raises(ValueError, match="unknown sweep 'hard'"):
         study.named_sweep("hard", selection)
+
+
+def test_the_study_table_carries_the_choice_speed_where_a_run_chooses_on_policy(tmp_path):
+    from skillgate_lib import paths
+    from skillgate_lib.report import rates
+    from skillgate_lib.report import study as study_report
+
+    paper = paths.DATA_DIR / "runs" / "study" / "paper"
+    tables = study_report.study_tables(paper)
+    speed = tables.tests.set_index("run")["speed"]
+    run = "outcome-lr0.005-seed0"
+    assert speed[run] == pytest.approx(rates.speed_measures(paper / run)["slope_onpolicy"])
+    by_method = tables.tests.groupby("method")["speed"]
+    assert by_method.apply(lambda s: s.isna().all())[["sft", "selection_bc", "skill_free"]].all()  # nothing to measure
+    assert by_method.apply(lambda s: s.notna().all())[["outcome", "skillgate", "utility"]].all()
+    diffs = tables.diffs.set_index("baseline")
+    pairs = tables.tests.query("method in ['skillgate', 'outcome']").pivot(index="seed", columns="method", values="speed")
+    assert diffs.loc["outcome", "speed"] == pytest.approx((pairs["skillgate"] - pairs["outcome"]).mean())
+    assert "choice speed" in tables.markdown and "| skill_free | 5 |" in tables.markdown
+    written = study_report.write_tables(tables, tmp_path, "results_table")
+    assert [p.name for p in written] == ["results_table.md", "results_table.csv", "results_table_paired.csv"]
+    assert (tmp_path / "results_table.md").read_text() == tables.markdown

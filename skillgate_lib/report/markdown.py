@@ -24,6 +24,6 @@ def markdown_table(header: list[str], rows: list[list[str]], align: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def interval_pp(mean: float, lo: float, hi: float) -> str:
-    """A difference in percentage points with its interval: ``+1.2 [-0.3, +2.7]``."""
-    return f"{mean:+.1f} [{lo:+.1f}, {hi:+.1f}]"
+def interval_pp(mean: float, lo: float, hi: float, f: str = "{:+.1f}") -> str:
+    """A difference (percentage points, unless ``f`` says otherwise) with its interval: ``+1.2 [-0.3, +2.7]``."""
+    return f"{f.format(mean)} [{f.format(lo)}, {f.format(hi)}]"

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -29,6 +30,9 @@ from skillgate_lib.audit import t_interval
 
 #: The rates of the table (percent) and reads per trial.
 MEASURES = ("success", "oracle_read", "misleading_read", "reads")
+
+#: The on-policy steps over which a run's speed of learning the choice is measured.
+SPEED_STEPS = 25
 
 
 def _read_json(path: Path) -> dict:
@@ -73,6 +77,28 @@ def test_results(study_dir: str | Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def choice_speed(run_dir: str | Path, upto: int = SPEED_STEPS) -> float:
+    """How fast a run learns the choice: the least-squares slope of logit(on-policy oracle-read) over its
+    training steps 1..``upto`` (per step; the rate study's ``slope_onpolicy``). NaN for a run with no on-policy
+    choice to measure: no rollouts (selection BC) or an oracle-read of 0 at every step (skill-free RL, which
+    trains without the slate)."""
+    from skillgate_lib.report.rates import speed_measures
+
+    m = logs.read_metrics(run_dir)
+    train = m[(m["split"] == "train") & (m["step"] <= upto)] if "train/oracle_read" in m else m.iloc[:0]
+    if train.empty or not (train["train/oracle_read"] > 0).any():
+        return math.nan
+    return float(speed_measures(run_dir, upto)["slope_onpolicy"])
+
+
+def with_choice_speed(tests: pd.DataFrame, study_dir: str | Path, upto: int = SPEED_STEPS) -> pd.DataFrame:
+    """``tests`` (:func:`test_results`) with a ``speed`` column: :func:`choice_speed` of each run (NaN for the
+    warm start)."""
+    study_dir = Path(study_dir)
+    speed = [math.nan if r == "warmstart" else choice_speed(study_dir / r, upto) for r in tests["run"]]
+    return tests.assign(speed=speed)
+
+
 def _wilson(p: float, n: int, z: float = 1.96) -> tuple[float, float]:
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
@@ -80,7 +106,8 @@ def _wilson(p: float, n: int, z: float = 1.96) -> tuple[float, float]:
 
 
 def summary_table(tests: pd.DataFrame) -> pd.DataFrame:
-    """Per method: seeds, and for each measure the mean with its 95 % interval (rates in percent)."""
+    """Per method: seeds, and for each measure the mean with its 95 % interval (rates in percent); with the
+    choice speed (logit per step) where ``tests`` has a ``speed`` column (:func:`with_choice_speed`)."""
     rows = []
     for method in methods.in_order(tests["method"].unique()):
         sub = tests[tests["method"] == method]
@@ -94,13 +121,16 @@ def summary_table(tests: pd.DataFrame) -> pd.DataFrame:
             else:
                 mean, lo, hi = t_interval(values)
             row |= {m: mean * scale, f"{m}_lo": lo * scale, f"{m}_hi": hi * scale}
+        if "speed" in sub:
+            row |= dict(zip(("speed", "speed_lo", "speed_hi"), t_interval(sub["speed"].to_numpy(float))))
         rows.append(row)
     return pd.DataFrame(rows)
 
 
 def paired_differences(tests: pd.DataFrame, method: str = "skillgate",
                        measures=("success", "oracle_read", "misleading_read")) -> pd.DataFrame:
-    """``method`` minus each other trained method on their shared seeds: mean and 95 % interval (pp)."""
+    """``method`` minus each other trained method on their shared seeds: mean and 95 % interval (pp; the choice
+    speed ``speed``, where asked for, in logit per step)."""
     base = tests[tests["method"] == method].set_index("seed")
     rows = []
     for other in methods.in_order(set(tests["method"]) - {method, "sft"}):
@@ -108,7 +138,8 @@ def paired_differences(tests: pd.DataFrame, method: str = "skillgate",
         seeds = base.index.intersection(o.index)
         row = {"baseline": other, "seeds": len(seeds)}
         for m in measures:
-            d = (base.loc[seeds, f"test/{m}"] - o.loc[seeds, f"test/{m}"]).to_numpy(float) * 100
+            col, scale = ("speed", 1.0) if m == "speed" else (f"test/{m}", 100.0)
+            d = (base.loc[seeds, col] - o.loc[seeds, col]).to_numpy(float) * scale
             mean, lo, hi = t_interval(d)
             row |= {m: mean, f"{m}_lo": lo, f"{m}_hi": hi}
         rows.append(row)
@@ -151,16 +182,21 @@ def validation_curves(study_dir: str | Path) -> pd.DataFrame:
 
 
 def table_markdown(table: pd.DataFrame, reference: pd.DataFrame | None = None) -> str:
-    """The test-set table as Markdown: mean [95 % interval] per measure, beside the paper's numbers."""
+    """The test-set table as Markdown: mean [95 % interval] per measure (and the choice speed where ``table`` has
+    it), beside the paper's numbers."""
     ref = reference.set_index("method") if reference is not None else None
+    speed = "speed" in table
     lines = ["| method | seeds | success % | oracle read % | misleading read % | reads / trial | "
-             "paper: success | paper: oracle read | paper: misleading read |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             + (f"choice speed, logit / step (steps 1-{SPEED_STEPS}) | " if speed else "")
+             + "paper: success | paper: oracle read | paper: misleading read |",
+             "|---|---:|---:|---:|---:|---:|" + ("---:|" if speed else "") + "---:|---:|---:|"]
     for _, r in table.iterrows():
         m = methods.METHODS.get(r["method"])
         label = f"{m.label} (`{m.name}`)" if m is not None else r["method"]
         cells = [f"{r[c]:.1f} [{r[c + '_lo']:.1f}, {r[c + '_hi']:.1f}]" for c in ("success", "oracle_read", "misleading_read")]
         cells.append(f"{r['reads']:.2f}" + (f" [{r['reads_lo']:.2f}, {r['reads_hi']:.2f}]" if not math.isnan(r["reads_lo"]) else ""))
+        if speed:
+            cells.append(_signed(r, "speed", "{:+.3f}"))
         paper = ref.loc[m.paper_row] if ref is not None and m is not None and m.paper_row in ref.index else None
         ref_cells = [f"{paper[c]:.1f}" for c in ("success", "oracle_read", "misleading_read")] if paper is not None else ["–"] * 3
         seeds = "1 model" if r["method"] == "sft" else str(int(r["seeds"]))
@@ -168,13 +204,55 @@ def table_markdown(table: pd.DataFrame, reference: pd.DataFrame | None = None) -
     return "\n".join(lines) + "\n"
 
 
+def _signed(row: pd.Series, col: str, f: str) -> str:
+    """``row[col]`` with its interval, formatted by ``f``; a dash where the value is NaN."""
+    if math.isnan(row[col]):
+        return "–"
+    interval = "" if math.isnan(row[f"{col}_lo"]) else f" [{f.format(row[col + '_lo'])}, {f.format(row[col + '_hi'])}]"
+    return f.format(row[col]) + interval
+
+
 def paired_markdown(diffs: pd.DataFrame, method: str = "skillgate") -> str:
-    """The paired differences as Markdown (percentage points, 95 % interval over shared seeds)."""
-    lines = [f"| {method} minus | seeds | success pp | oracle read pp | misleading read pp |", "|---|---:|---:|---:|---:|"]
+    """The paired differences as Markdown (percentage points, 95 % interval over shared seeds; the choice speed in
+    logit per step where ``diffs`` has it)."""
+    speed = "speed" in diffs
+    lines = [f"| {method} minus | seeds | success pp | oracle read pp | misleading read pp |"
+             + (" choice speed |" if speed else ""), "|---|---:|---:|---:|---:|" + ("---:|" if speed else "")]
     for _, r in diffs.iterrows():
-        cells = [f"{r[c]:+.1f} [{r[c + '_lo']:+.1f}, {r[c + '_hi']:+.1f}]" for c in ("success", "oracle_read", "misleading_read")]
+        cells = [_signed(r, c, "{:+.1f}") for c in ("success", "oracle_read", "misleading_read")]
+        if speed:
+            cells.append(_signed(r, "speed", "{:+.3f}"))
         lines.append(f"| {r['baseline']} | {int(r['seeds'])} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+class StudyTables(NamedTuple):
+    """A finished study read back: its tested runs, the table, the paired differences and both as Markdown."""
+
+    tests: pd.DataFrame
+    table: pd.DataFrame
+    diffs: pd.DataFrame
+    markdown: str
+
+
+def study_tables(study_dir: str | Path, reference: pd.DataFrame | None = None, method: str = "skillgate") -> StudyTables:
+    """The test-set table of a study with the choice speed as a column, ``method`` minus each other arm paired by
+    seed, and their Markdown (beside ``reference``, the paper's numbers, where given)."""
+    tests = with_choice_speed(test_results(study_dir), study_dir)
+    table = summary_table(tests)
+    diffs = paired_differences(tests, method, measures=("success", "oracle_read", "misleading_read", "speed"))
+    return StudyTables(tests, table, diffs, table_markdown(table, reference) + "\n" + paired_markdown(diffs, method))
+
+
+def write_tables(tables: StudyTables, out_dir: str | Path, stem: str) -> list[Path]:
+    """``STEM.md`` (the Markdown), ``STEM.csv`` (the table) and ``STEM_paired.csv`` (the differences) in ``out_dir``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = [out / f"{stem}.md", out / f"{stem}.csv", out / f"{stem}_paired.csv"]
+    written[0].write_text(tables.markdown)
+    tables.table.to_csv(written[1], index=False, float_format="%.4g")
+    tables.diffs.to_csv(written[2], index=False, float_format="%.4g")
+    return written
 
 
 def audit_outcome_runs(study_dir: str | Path, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
