@@ -64,3 +64,33 @@ def test_readme_is_a_short_guide_with_the_verdict_up_front():
     for needed in ("make reproduce", "make test", "docs/results.md", "docs/integrations.md", "16 of the 21",
                    "python -m skillgate_lib audit", "torch==2.13.0"):
         assert needed in text, f"README.md does not say {needed!r}"
+
+
+def _headline_files(tmp_path, success, oracle_read, speed):
+    """A figures folder and a data folder with table 1's files, SkillGate minus outcome-only given as (mean, lo, hi)."""
+    import json
+
+    import pandas as pd
+
+    figures, data = tmp_path / "figures", tmp_path / "data"
+    (data / "runs" / "study" / docs.HEADLINE_STUDY).mkdir(parents=True)
+    figures.mkdir()
+    (data / "runs" / "study" / docs.HEADLINE_STUDY / "plan.json").write_text(json.dumps({"regime": "starved"}))
+    pd.DataFrame({"method": ["outcome", "skillgate"], "speed": [0.02, 0.05]}).to_csv(figures / "results_table.csv")
+    row = {"baseline": "outcome", "seeds": 8}
+    for name, (m, lo, hi) in {"success": success, "oracle_read": oracle_read, "speed": speed}.items():
+        row |= {name: m, f"{name}_lo": lo, f"{name}_hi": hi}
+    pd.DataFrame([row]).to_csv(figures / "results_table_paired.csv", index=False)
+    return figures, data
+
+
+def test_the_headline_says_reproduced_only_when_success_and_the_choice_both_rise(tmp_path):
+    level = docs.headline_sentence(*_headline_files(tmp_path / "a", (-0.1, -1.6, 1.3), (0.4, -5.6, 6.4), (0.03, 0.02, 0.04)))
+    assert level.startswith("**The paper's headline table is not reproduced at kit scale.** In `starved`")
+    assert "learns the choice faster than outcome-only GRPO (0.050 vs 0.020 logit/step" in level
+    assert "the two end level (oracle-read +0.4 [-5.6, +6.4] pp, success -0.1 [-1.6, +1.3] pp; 8 paired seeds" in level
+    won = docs.headline_sentence(*_headline_files(tmp_path / "b", (3.0, 1.0, 5.0), (9.0, 2.0, 16.0), (0.0, -0.01, 0.01)))
+    assert won.startswith("**The paper's headline table is reproduced at kit scale.**")
+    assert "no faster than outcome-only" in won and "ends above it in oracle-read" in won and "above in success" in won
+    mixed = docs.headline_sentence(*_headline_files(tmp_path / "c", (-3.0, -5.0, -1.0), (9.0, 2.0, 16.0), (0.03, 0.02, 0.04)))
+    assert "not reproduced" in mixed and "below in success (-3.0 [-5.0, -1.0] pp" in mixed

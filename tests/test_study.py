@@ -227,3 +227,25 @@ def test_the_study_table_carries_the_choice_speed_where_a_run_chooses_on_policy(
     written = study_report.write_tables(tables, tmp_path, "results_table")
     assert [p.name for p in written] == ["results_table.md", "results_table.csv", "results_table_paired.csv"]
     assert (tmp_path / "results_table.md").read_text() == tables.markdown
+
+
+def test_the_search_and_the_curves_of_a_study_read_back_from_its_files():
+    from skillgate_lib import paths
+    from skillgate_lib.report import study as study_report
+
+    note8 = paths.DATA_DIR / "runs" / "study" / "paper_note8"
+    selection = json.loads((note8 / "selection.json").read_text())
+    search = study_report.search_markdown(note8).splitlines()
+    assert len(search) == 2 + len(selection)
+    row = {line.split(" | ")[0].strip("| `"): line for line in search[2:]}
+    for method, entry in selection.items():
+        assert row[method].endswith("| yes, after the last extension |") == entry["at_edge"], method
+        assert f"| {len(entry['val_success'])} |" in row[method]
+    assert "| lr 0.001, selector_coef 0.2 | 28.1 |" in row["skillgate"]
+    curves = study_report.curves_markdown(note8).splitlines()
+    val = study_report.validation_curves(note8)
+    chosen = val[val["chosen"] & (val["method"] == "outcome")]
+    final = 100 * chosen[chosen["step"] == chosen["step"].max()]["oracle_read"].mean()
+    outcome = next(line for line in curves if line.startswith("| `outcome` |"))
+    assert outcome.startswith(f"| `outcome` | {chosen['seed'].nunique()} |")
+    assert outcome.split(" | ")[2 + chosen["step"].nunique() - 1] == f"{final:.1f}"

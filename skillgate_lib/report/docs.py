@@ -100,30 +100,67 @@ def dose_response_table(figures_dir: Path) -> str:
                       "success pp"], rows, "lrrrrrrrrr")
 
 
+#: The study behind the README's headline table (``figures/results_table.*``): the paper's table in the regime
+#: where the audit finds starvation. The ``paper`` study is the second table (``figures/results_table_paper.*``).
+HEADLINE_STUDY = "paper_note8"
+
+
+def _direction(d: pd.Series, measure: str, more: str, less: str, same: str) -> str:
+    """``more`` when ``d``'s interval for ``measure`` lies above 0, ``less`` when below, ``same`` when it covers 0."""
+    return more if d[f"{measure}_lo"] > 0 else less if d[f"{measure}_hi"] < 0 else same
+
+
+def _pp(d: pd.Series, measure: str) -> str:
+    return interval_pp(d[measure], d[f"{measure}_lo"], d[f"{measure}_hi"])
+
+
+def headline_sentence(figures_dir: Path, data_dir: Path) -> str:
+    """The verdict's first sentences: whether table 1 (``results_table.csv`` and ``_paired.csv``, the
+    :data:`HEADLINE_STUDY`) reproduces the paper's headline (SkillGate above outcome-only GRPO in both success and
+    oracle-read, intervals above 0), and how the two compare there in success, the choice and its speed."""
+    table = pd.read_csv(figures_dir / "results_table.csv").set_index("method")
+    d = pd.read_csv(figures_dir / "results_table_paired.csv").set_index("baseline").loc["outcome"]
+    regime = json.loads((data_dir / "runs" / "study" / HEADLINE_STUDY / "plan.json").read_text())["regime"]
+    reproduced = d["success_lo"] > 0 and d["oracle_read_lo"] > 0
+    speed = _direction(d, "speed", "faster than", "slower than", "no faster than")
+    sg, oc = table.loc["skillgate"], table.loc["outcome"]
+    text = (f"**The paper's headline table is {'' if reproduced else 'not '}reproduced at kit scale.** In `{regime}`, "
+            f"where the audit finds starvation, SkillGate learns the choice {speed} outcome-only GRPO"
+            f" ({sg['speed']:.3f} vs {oc['speed']:.3f} logit/step; paired "
+            f"{interval_pp(d['speed'], d['speed_lo'], d['speed_hi'], '{:+.3f}')})")
+    if d["oracle_read_lo"] <= 0 <= d["oracle_read_hi"] and d["success_lo"] <= 0 <= d["success_hi"]:
+        text += (f" but the two end level (oracle-read {_pp(d, 'oracle_read')} pp, success {_pp(d, 'success')} pp; "
+                 f"{int(d['seeds'])} paired seeds, test set).")
+    else:
+        text += (f"; it ends {_direction(d, 'oracle_read', 'above', 'below', 'level with')} it in oracle-read "
+                 f"({_pp(d, 'oracle_read')} pp) and {_direction(d, 'success', 'above', 'below', 'level')} in success "
+                 f"({_pp(d, 'success')} pp; {int(d['seeds'])} paired seeds, test set).")
+    return text
+
+
 def verdict(figures_dir: Path, data_dir: Path) -> str:
-    """The README's verdict, at most 8 lines, every number read from ``figures/``, ``data/runs/diagnosis/`` and
-    ``data/runs/speed/``."""
+    """The README's verdict, at most 8 lines, every number read from ``figures/``, ``data/runs/study/``,
+    ``data/runs/diagnosis/`` and ``data/runs/speed/``."""
     import textwrap
 
     from skillgate_lib.report import rates
 
-    diffs = pd.read_csv(figures_dir / "fig6_test_intervals.csv").set_index("baseline").loc["outcome"]
+    note8 = pd.read_csv(figures_dir / "results_table_paired.csv").set_index("baseline").loc["outcome", "success"]
+    paper = pd.read_csv(figures_dir / "results_table_paper_paired.csv").set_index("baseline").loc["outcome"]
     dose = pd.read_csv(figures_dir / "fig5_dose_response.csv")
-    success = list(dose["success_diff"]) + [leading_number(pd.read_csv(data_dir / "runs" / "diagnosis" / d / "summary.csv",
-                                                                       dtype=str).set_index("condition")
-                                                           .loc["skillgate", "success - outcome (pp)"]) for d in DIAGNOSED]
+    success = [note8, *dose["success_diff"]] + [
+        leading_number(pd.read_csv(data_dir / "runs" / "diagnosis" / d / "summary.csv", dtype=str)
+                       .set_index("condition").loc["skillgate", "success - outcome (pp)"]) for d in DIAGNOSED]
     above = sum(s > 0 for s in success)
     success_claim = (f"in none of {len(success)} regimes does it succeed more "
                      f"({min(success):+.1f} to {max(success):+.1f} pp)" if above == 0 else
                      f"it succeeds more in {above} of the {len(success)} regimes compared")
-    s_diff = interval_pp(diffs["success"], diffs["success_lo"], diffs["success_hi"])
-    s_word = ("succeeds less" if diffs["success_hi"] < 0 else "succeeds more" if diffs["success_lo"] > 0
-              else "does not succeed more")
+    choice = _direction(paper, "oracle_read", "more often", "less often", "no more often")
+    s_word = _direction(paper, "success", "succeeds more", "succeeds less", "does not succeed more")
     table, fit, _ = _rate_tables(data_dir)
-    text = (f"**The paper's headline table is not reproduced at kit scale.** In `paper` SkillGate reads the "
-            f"right skill more often than outcome-only GRPO (oracle-read "
-            f"{interval_pp(diffs['oracle_read'], diffs['oracle_read_lo'], diffs['oracle_read_hi'])} pp on the test set, "
-            f"{int(diffs['seeds'])} paired seeds) and {s_word} ({s_diff} pp); {success_claim}. "
+    text = (headline_sentence(figures_dir, data_dir)
+            + f" In `paper` it reads the right skill {choice} ({_pp(paper, 'oracle_read')} pp) and {s_word} "
+              f"({_pp(paper, 'success')} pp); {success_claim}. "
             + rates.verdict_sentence(table, fit))
     keep = re.sub(r"\[[^\]]*\]", lambda m: m.group(0).replace(" ", "\0"), text)  # no line break inside an interval
     return textwrap.fill(keep, width=112, break_on_hyphens=False, break_long_words=False).replace("\0", " ") + "\n"
@@ -147,11 +184,15 @@ def _rates(data_dir: Path) -> tuple[str, str, str]:
 def generated_blocks(figures_dir: Path = paths.FIGURES_DIR, data_dir: Path = paths.DATA_DIR) -> dict:
     """Every generated block by name: a function of no argument that returns its Markdown."""
     from skillgate_lib.report import gradients as gradient_report
+    from skillgate_lib.report import study as study_report
 
     diagnosis = data_dir / "runs" / "diagnosis"
     return {
         "verdict": lambda: verdict(figures_dir, data_dir),
         "study_table": lambda: (figures_dir / "results_table.md").read_text(),
+        "study_table_paper": lambda: (figures_dir / "results_table_paper.md").read_text(),
+        "study_search": lambda: study_report.search_markdown(data_dir / "runs" / "study" / HEADLINE_STUDY),
+        "study_curves": lambda: study_report.curves_markdown(data_dir / "runs" / "study" / HEADLINE_STUDY),
         "quick_table": lambda: (figures_dir / "results_table_quick.md").read_text(),
         "dose_response": lambda: dose_response_table(figures_dir),
         "starvation_against_gain": lambda: starvation_against_gain(figures_dir, data_dir),

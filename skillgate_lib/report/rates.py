@@ -392,37 +392,31 @@ def rate_summary(table: pd.DataFrame, fit: pd.DataFrame) -> str:
 
 
 def verdict_sentence(table: pd.DataFrame, fit: pd.DataFrame) -> str:
-    """The README verdict's lines on the rate study (AdamW studies): where outcome-only GRPO learns the choice, how much
-    faster SkillGate learns it, which dose predicts its level and whether any tracks its variation, and what happens
-    where outcome-only does not learn."""
+    """The README verdict's sentence on the rate study (AdamW studies): where outcome-only GRPO learns the choice, how
+    much faster SkillGate learns it, which dose predicts its level and whether any tracks its variation, and what
+    happens where outcome-only does not learn."""
     t = table[table["optimizer"] == "adamw"]
     rated = t[t["outcome_learns"]]
     n, k = len(t), len(rated)
     faster = int((rated["ratio_lo"] > 1).sum())
-    out = (f"In {k} of the rate study's {n} regimes outcome-only GRPO learns which skill to read in 30 steps (validation "
-           f"oracle-read {_span(rated, 'start_oracle_outcome')} -> {_span(rated, 'final_oracle_outcome')} %) and "
-           f"SkillGate learns it {_span(rated, 'ratio', 1.0, '{:.1f}')}x as fast "
+    out = (f"Where outcome-only learns the choice in 30 steps ({k} of the rate study's {n} regimes), SkillGate learns it "
+           f"{_span(rated, 'ratio', 1.0, '{:.1f}')}x as fast "
            f"({'every interval' if faster == k else f'{faster} of {k} intervals'} above 1)")
     f = fit.set_index("predictor")
     scored = f.dropna(subset=["max_abs_residual"]) if "max_abs_residual" in f else f.iloc[:0]
     if len(scored) >= 2:
         best = scored["max_abs_residual"].idxmin()
         share = PREDICTORS["pred_share"]
-        out += f": the level the {best} predicts (within {math.exp(scored.loc[best, 'max_abs_residual']):.1f}x"
+        out += f", the level the {best} predicts (within {math.exp(scored.loc[best, 'max_abs_residual']):.1f}x"
         if best != share and share in scored.index and scored.loc[share, "mean_residual"] < 0:
-            out += f"; the {share} predicts {math.exp(-scored.loc[share, 'mean_residual']):.0f}x"
+            out += f"; the {share}: {math.exp(-scored.loc[share, 'mean_residual']):.0f}x"
         out += ")"
         slopes = scored["loglog_slope"].dropna()
         if len(slopes) and (slopes.abs() < 0.5).all():
-            out += (f", though no dose tracks how it varies across regimes (log-log slopes {slopes.min():+.2f} to "
-                    f"{slopes.max():+.2f})")
-    out += "."
+            out += ", though no dose tracks its variation"
     stalled = t[~t["outcome_learns"]]
     if len(stalled):
-        each = " and ".join(f"`{r.regime}` ({100 * r.start_oracle_outcome:.0f} -> {100 * r.final_oracle_outcome:.0f} %; "
-                            f"SkillGate {100 * r.final_oracle_skillgate:.0f} %)" for r in stalled.itertuples())
         ahead = stalled[stalled["diff_lo"] > 0]
-        out += (f" It does not in {each}, where SkillGate is "
-                + ("no faster (paired intervals include 0)." if ahead.empty
-                   else f"faster in {', '.join(f'`{r}`' for r in ahead['regime'])} (paired interval above 0)."))
-    return out
+        out += (f"; where it does not ({', '.join(f'`{r}`' for r in stalled['regime'])}), SkillGate is "
+                + ("no faster" if ahead.empty else f"faster in {', '.join(f'`{r}`' for r in ahead['regime'])}"))
+    return out + "."

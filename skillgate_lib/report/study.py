@@ -226,6 +226,39 @@ def paired_markdown(diffs: pd.DataFrame, method: str = "skillgate") -> str:
     return "\n".join(lines) + "\n"
 
 
+def search_markdown(study_dir: str | Path) -> str:
+    """How each arm's setting was chosen (``selection.json``): the points searched, the one kept with its mean
+    validation success over the search seeds, the values added at an edge, and whether the choice still sits at one."""
+    selection = _read_json(Path(study_dir) / "selection.json")
+    lines = ["| method | points searched | chosen | validation success % | grid extended by | choice at the edge |",
+             "|---|---:|---|---:|---|---|"]
+    for method, entry in selection.items():
+        point = entry.get("point") or {entry["knob"]: entry["value"]}
+        label = ",".join(f"{k}={float(v):g}" for k, v in point.items()) if entry.get("point") else f"{float(entry['value']):g}"
+        chosen = ", ".join(f"{k} {float(v):g}" for k, v in point.items())
+        extended = ", ".join(f"{float(v):g}" for v in entry.get("extended", [])) or "–"
+        edge = "yes, after the last extension" if entry.get("at_edge") else "no"
+        lines.append(f"| `{method}` | {len(entry['val_success'])} | {chosen} | {100 * entry['val_success'][label]:.1f} | "
+                     f"{extended} | {edge} |")
+    return "\n".join(lines) + "\n"
+
+
+def curves_markdown(study_dir: str | Path) -> str:
+    """Validation oracle-read and success (%) by step at each arm's chosen setting, mean over all its seeds."""
+    val = validation_curves(study_dir)
+    mean = val[val["chosen"]].groupby(["method", "step"], sort=False)[["oracle_read", "success"]].mean().mul(100)
+    steps = sorted(mean.index.get_level_values("step").unique())
+    lines = ["| method | seeds | " + " | ".join(f"oracle-read % at step {s}" if i == 0 else str(s) for i, s in enumerate(steps))
+             + " | " + " | ".join(f"success % at step {s}" if i == 0 else str(s) for i, s in enumerate(steps)) + " |",
+             "|---|---:|" + "---:|" * (2 * len(steps))]
+    seeds = val[val["chosen"]].groupby("method", sort=False)["seed"].nunique()
+    for method in methods.in_order(seeds.index):
+        row = mean.loc[method].reindex(steps)
+        lines.append(f"| `{method}` | {seeds[method]} | " + " | ".join(f"{v:.1f}" for v in row["oracle_read"]) + " | "
+                     + " | ".join(f"{v:.1f}" for v in row["success"]) + " |")
+    return "\n".join(lines) + "\n"
+
+
 class StudyTables(NamedTuple):
     """A finished study read back: its tested runs, the table, the paired differences and both as Markdown."""
 
@@ -250,8 +283,8 @@ def write_tables(tables: StudyTables, out_dir: str | Path, stem: str) -> list[Pa
     out.mkdir(parents=True, exist_ok=True)
     written = [out / f"{stem}.md", out / f"{stem}.csv", out / f"{stem}_paired.csv"]
     written[0].write_text(tables.markdown)
-    tables.table.to_csv(written[1], index=False, float_format="%.4g")
-    tables.diffs.to_csv(written[2], index=False, float_format="%.4g")
+    tables.table.to_csv(written[1], index=False, float_format="%.6g")  # enough digits that text read back rounds alike
+    tables.diffs.to_csv(written[2], index=False, float_format="%.6g")
     return written
 
 

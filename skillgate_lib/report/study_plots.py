@@ -7,6 +7,8 @@ are :mod:`skillgate_lib.plots`'.
 
 from __future__ import annotations
 
+import textwrap
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -42,13 +44,24 @@ def rates_and_differences(table: pd.DataFrame, diffs: pd.DataFrame, method: str 
     return fig
 
 
+def _short_point(point: str) -> str:
+    """A grid point as a legend entry: ``lr=0.000333,selector_coef=0.2`` -> ``lr 3.3e-04, λ 0.2``; a bare value as it is."""
+    names = {"lr": "lr", "selector_coef": "λ"}
+    parts = [p.split("=", 1) for p in point.split(",")]
+    if len(parts) == 1 and len(parts[0]) == 1:
+        return f"{float(point):.2g}"
+    return ", ".join(f"{names.get(k, k)} {float(v):.2g}" for k, v in parts)
+
+
 def validation_curves(curves: pd.DataFrame, measure: str = "success") -> plt.Figure:
-    """Validation ``measure`` by step per method: the chosen value solid, the other dashed (mean over the
-    seeds in ``curves``: pass the search seeds only, so both values average the same seeds)."""
-    methods = list(dict.fromkeys(curves["method"]))
+    """Validation ``measure`` by step per method: the chosen value solid, the others dashed (mean over the
+    seeds in ``curves``: pass the search seeds only, so every value averages the same seeds)."""
+    from skillgate_lib import methods as methods_lib
+
+    methods = methods_lib.in_order(curves["method"].unique())
     cols = 4
     rows = int(np.ceil(len(methods) / cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(WIDTH, 2.1 * rows + 0.8), sharex=True, sharey=True,
+    fig, axes = plt.subplots(rows, cols, figsize=(WIDTH, 3.0 * rows + 0.8), sharex=True, sharey=True,
                              layout="constrained", squeeze=False)
     for ax, m in zip(axes.flat, methods):
         sub = curves[curves["method"] == m]
@@ -56,18 +69,19 @@ def validation_curves(curves: pd.DataFrame, measure: str = "success") -> plt.Fig
             chosen = bool(part["chosen"].iloc[0])
             mean = part.groupby("step")[measure].mean()
             ax.plot(mean.index, mean.values, ls="-" if chosen else "--", marker="o", ms=2.5,
-                    color=METHOD_COLORS.get(m), alpha=1.0 if chosen else 0.55,
-                    label=point + (" (chosen)" if chosen else ""))
-        ax.set_title(method_label(m), fontsize=9)
-        ax.legend(fontsize=7, loc="best")
+                    color=METHOD_COLORS.get(m), alpha=1.0 if chosen else 0.5, lw=2.0 if chosen else 1.0,
+                    label=_short_point(point) + (" (chosen)" if chosen else ""))
+        ax.set_title(textwrap.fill(method_label(m), 18), fontsize=9)
+        ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2, frameon=False,
+                  handlelength=1.5, columnspacing=0.8)
         ax.yaxis.set_major_formatter(PercentFormatter(xmax=1, decimals=None))
     top = curves.groupby(["method", "point", "step"])[measure].mean().max()
     axes.flat[0].set_ylim(0, 1.15 * top + 0.005)  # shared by every panel
     for ax in axes.flat[len(methods):]:
         ax.remove()
-    fig.supxlabel("GRPO step")
+    fig.supxlabel("GRPO step (legend: the setting of each line)")
     fig.supylabel(f"validation {measure.replace('_', '-')}")
-    fig.suptitle("Validation curves of the search (mean over the search seeds; solid: the value chosen)", fontsize=11)
+    fig.suptitle("Validation curves of the search (mean over the search seeds; solid: the setting chosen)", fontsize=11)
     return fig
 
 
