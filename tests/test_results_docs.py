@@ -94,3 +94,19 @@ def test_the_headline_says_reproduced_only_when_success_and_the_choice_both_rise
     assert "no faster than outcome-only" in won and "ends above it in oracle-read" in won and "above in success" in won
     mixed = docs.headline_sentence(*_headline_files(tmp_path / "c", (-3.0, -5.0, -1.0), (9.0, 2.0, 16.0), (0.03, 0.02, 0.04)))
     assert "not reproduced" in mixed and "below in success (-3.0 [-5.0, -1.0] pp" in mixed
+
+
+def test_the_edge_supplement_counts_the_runs_that_repeat_table_1(tmp_path):
+    import shutil
+
+    root = tmp_path / "runs" / "study"
+    for name in (docs.HEADLINE_STUDY, docs.HEADLINE_STUDY + "-edge"):
+        shutil.copytree(paths.DATA_DIR / "runs" / "study" / name, root / name)
+    text = docs.edge_supplement(tmp_path)
+    assert "| `selection_bc` | 3 | lr 0.000111 |" in text and ": 8 of 8 test records equal." in text
+    record = root / (docs.HEADLINE_STUDY + "-edge") / "selection_bc-lr0.000111-seed3" / "test.json"
+    import json
+
+    rec = json.loads(record.read_text())
+    record.write_text(json.dumps(rec | {"test/success": rec["test/success"] + 1 / 1024}))
+    assert ": 7 of 8 test records equal." in docs.edge_supplement(tmp_path)

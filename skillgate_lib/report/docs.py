@@ -166,6 +166,27 @@ def verdict(figures_dir: Path, data_dir: Path) -> str:
     return textwrap.fill(keep, width=112, break_on_hyphens=False, break_long_words=False).replace("\0", " ") + "\n"
 
 
+def edge_supplement(data_dir: Path, study: str = HEADLINE_STUDY + "-edge", method: str = "selection_bc") -> str:
+    """The supplement to table 1 that searched below an arm's edge choice: its search, the arm's test-set row at the
+    choice, and how many of its seed runs repeat table 1's run of the same seed to the last digit of the test record."""
+    from skillgate_lib.report import study as study_report
+
+    root = data_dir / "runs" / "study"
+    tests = study_report.test_results(root / study)
+    row = study_report.summary_table(tests)
+    row = row[row["method"] == method]
+    ours = tests[tests["method"] == method].set_index("seed")
+    theirs = study_report.test_results(root / HEADLINE_STUDY).query("method == @method").set_index("seed")
+    cols = [c for c in ours.columns if c.startswith("test/")]
+    same = [s for s in ours.index if s in theirs.index and ours.loc[s, "run"] == theirs.loc[s, "run"]
+            and ours.loc[s, cols].equals(theirs.reindex(columns=cols).loc[s])]
+    scores = json.loads((root / study / "selection.json").read_text())[method]["val_success"]
+    by_point = ", ".join(f"{float(k):.3g}: {100 * v:.1f} %" for k, v in sorted(scores.items(), key=lambda kv: -float(kv[0])))
+    return (study_report.search_markdown(root / study) + f"\nValidation success by learning rate: {by_point}.\n\n"
+            + study_report.table_markdown(row)
+            + f"\nThe same run in table 1's study (same point and seed): {len(same)} of {len(ours)} test records equal.\n")
+
+
 def _rate_tables(data_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame, object]:
     """The rate study's table and predictor fit (``data/runs/speed/``, AdamW studies for the fit), and the module."""
     from skillgate_lib.report import rates
@@ -192,6 +213,7 @@ def generated_blocks(figures_dir: Path = paths.FIGURES_DIR, data_dir: Path = pat
         "study_table": lambda: (figures_dir / "results_table.md").read_text(),
         "study_table_paper": lambda: (figures_dir / "results_table_paper.md").read_text(),
         "study_search": lambda: study_report.search_markdown(data_dir / "runs" / "study" / HEADLINE_STUDY),
+        "study_edge": lambda: edge_supplement(data_dir),
         "study_curves": lambda: study_report.curves_markdown(data_dir / "runs" / "study" / HEADLINE_STUDY),
         "quick_table": lambda: (figures_dir / "results_table_quick.md").read_text(),
         "dose_response": lambda: dose_response_table(figures_dir),

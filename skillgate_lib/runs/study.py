@@ -173,6 +173,15 @@ def note8_plan() -> Plan:
                 settings=settings, extend=2)
 
 
+def note8_edge_plan() -> Plan:
+    """A supplement to :func:`note8_plan`, planned after its results: ``selection_bc`` chose the lowest learning rate
+    (1.11e-4) after the two extensions that plan allows, with its validation oracle-read still rising at step 100.
+    The same settings and seeds, the grid around that choice and one value below it, one more extension allowed."""
+    base = note8_plan()
+    return Plan("paper_note8-edge", base.regime, (Arm("selection_bc", "lr", (3.33e-4, 1.11e-4, 3.7e-5), 8),),
+                search_seeds=base.search_seeds, model=base.model, settings=base.settings, extend=1)
+
+
 def sweep_plan(regime: str, selection: dict, seeds: int = 8, model: str = "tiny") -> Plan:
     """Outcome-only vs SkillGate in another regime (or from another warm start ``model``), each at the
     value a finished study chose (no new search)."""
@@ -408,14 +417,14 @@ def search(plan: Plan, out_dir: Path, threads: int, workers: int, progress: bool
     return chosen
 
 
-PLANS = {"paper": paper_plan, "paper_note8": note8_plan}
+PLANS = {"paper": paper_plan, "paper_note8": note8_plan, "paper_note8-edge": note8_edge_plan}
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m skillgate_lib study", description=__doc__.splitlines()[0])
     p.add_argument("--plan", choices=[*PLANS, "sweep"], default="paper",
                    help="paper: the table in the paper regime; paper_note8: the table where the audit finds "
-                        "starvation; sweep: outcome vs SkillGate in --regime at the values the study in --from chose")
+                        "starvation; paper_note8-edge: selection BC's grid below that table's edge; sweep: outcome vs SkillGate in --regime at the values the study in --from chose")
     p.add_argument("--regime", help="the sweep's regime (skillgate_lib.env.regimes)")
     p.add_argument("--from", dest="source", type=Path, help="a finished study whose selection.json the sweep uses")
     p.add_argument("--seeds", type=int, default=8, help="seeds per method of a sweep (default: 8)")
