@@ -52,6 +52,7 @@ import numpy as np
 from skillgate_lib import paths
 from skillgate_lib.env import regimes
 from skillgate_lib.report.rates import SLOPE_STEPS, run_name, speed_measures
+from skillgate_lib.runs import preregister
 from skillgate_lib.runs.train import TrainConfig
 
 #: The warm start each regime of the study trains from (the RL warm start its probe audited).
@@ -184,11 +185,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print the plan and its estimated wall time, run nothing")
     p.add_argument("--export", type=Path, metavar="DIR",
                    help="after the study, copy its plan, selection and each run's config, metrics and test record to DIR")
+    preregister.add_plan_flags(p)
     return p
 
 
 def speed_main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    p = build_parser()
+    args = p.parse_args(argv)
     plan = plan_for(args.regime, args.optimizer, args.seeds)
     out = args.out_dir or paths.BUILD_DIR / "runs" / "speed" / plan.name
     step_s, eval_s = TIMINGS[plan.regime]
@@ -197,10 +200,16 @@ def speed_main(argv: list[str] | None = None) -> int:
           f"{plan.steps} steps -> {out}")
     print(f"estimated wall time: {estimate_minutes(plan, args.workers, step_s, eval_s):.0f} min with {args.workers} "
           "workers, before any grid extension (finished runs are skipped on resume)", flush=True)
+    from skillgate_lib.runs.study import end_command
+
+    command = f"python -m skillgate_lib speed --regime {args.regime} --optimizer {args.optimizer} --export {args.export or out}"
+    try:
+        preregister.preregistration(plan.to_json(), out, args.export, args.dry_run, args.uncommitted_plan, command)
+    except ValueError as e:
+        p.error(str(e))
     if args.dry_run:
         return 0
     t0 = time.perf_counter()
-    from skillgate_lib.runs.study import end_command
 
     return end_command(run_speed(plan, out, args.workers, device=args.device, together=args.together), out, args.export, t0)
 

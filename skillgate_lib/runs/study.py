@@ -50,6 +50,7 @@ from pathlib import Path
 from skillgate_lib import logs, paths
 from skillgate_lib import methods as methods_lib
 from skillgate_lib.notebooks import progress_bar
+from skillgate_lib.runs import preregister
 from skillgate_lib.runs.compare import train_all
 from skillgate_lib.runs.train import TrainConfig
 
@@ -180,6 +181,21 @@ def note8_edge_plan() -> Plan:
     base = note8_plan()
     return Plan("paper_note8-edge", base.regime, (Arm("selection_bc", "lr", (3.33e-4, 1.11e-4, 3.7e-5), 8),),
                 search_seeds=base.search_seeds, model=base.model, settings=base.settings, extend=1)
+
+
+#: The lambda grid of :func:`note8_lambda_plan`: the table's {0.2, 1} and two values below its low edge.
+NOTE8_LAMBDAS = (0.05, 0.1, 0.2, 1.0)
+
+
+def note8_lambda_plan() -> Plan:
+    """A supplement to :func:`note8_plan`, planned after its results: SkillGate and ``skillgate_exec_read`` chose
+    lambda 0.2, the low edge of {0.2, 1}, and that plan never extends lambda. Lambda searched like the learning
+    rate: the grid :data:`NOTE8_LAMBDAS` at the learning rate both chose (1e-3, interior), a choice at an edge
+    extended by one value (the grid's end ratio), 8 seeds at the choice, the same settings and search seeds."""
+    base = note8_plan()
+    arms = tuple(Arm(m, "selector_coef", NOTE8_LAMBDAS, 8) for m in ("skillgate", "skillgate_exec_read"))
+    return Plan("paper_note8-lambda", base.regime, arms, search_seeds=base.search_seeds, model=base.model,
+                settings={**base.settings, "lr": 1e-3}, extend=1)
 
 
 def sweep_plan(regime: str, selection: dict, seeds: int = 8, model: str = "tiny") -> Plan:
@@ -417,14 +433,16 @@ def search(plan: Plan, out_dir: Path, threads: int, workers: int, progress: bool
     return chosen
 
 
-PLANS = {"paper": paper_plan, "paper_note8": note8_plan, "paper_note8-edge": note8_edge_plan}
+PLANS = {"paper": paper_plan, "paper_note8": note8_plan, "paper_note8-edge": note8_edge_plan,
+         "paper_note8-lambda": note8_lambda_plan}
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m skillgate_lib study", description=__doc__.splitlines()[0])
     p.add_argument("--plan", choices=[*PLANS, "sweep"], default="paper",
                    help="paper: the table in the paper regime; paper_note8: the table where the audit finds "
-                        "starvation; paper_note8-edge: selection BC's grid below that table's edge; sweep: outcome vs SkillGate in --regime at the values the study in --from chose")
+                        "starvation; paper_note8-edge: selection BC's grid below that table's edge; paper_note8-lambda: "
+                        "SkillGate's lambda below that table's edge; sweep: outcome vs SkillGate in --regime at the values the study in --from chose")
     p.add_argument("--regime", help="the sweep's regime (skillgate_lib.env.regimes)")
     p.add_argument("--from", dest="source", type=Path, help="a finished study whose selection.json the sweep uses")
     p.add_argument("--seeds", type=int, default=8, help="seeds per method of a sweep (default: 8)")
@@ -438,7 +456,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--together", type=int, default=TOGETHER,
                    help=f"runs trained together in one worker, their rollouts decoded in one batch (default: {TOGETHER}; "
                         "1: each run alone, the runner before batching)")
+    preregister.add_plan_flags(p)
     return p
+
 
 
 def study_main(argv: list[str] | None = None) -> int:
@@ -463,6 +483,11 @@ def study_main(argv: list[str] | None = None) -> int:
         print(f"  a choice at an edge of a grid extends it by one value, up to {plan.extend} times")
     print(f"estimated wall time: {estimate_minutes(plan, args.workers):.0f} min with {args.workers} workers "
           "(finished runs are skipped on resume)", flush=True)
+    command = f"python -m skillgate_lib study --plan {args.plan} --export {args.export or out}"
+    try:
+        preregister.preregistration(plan.to_json(), out, args.export, args.dry_run, args.uncommitted_plan, command)
+    except ValueError as e:
+        p.error(str(e))
     if args.dry_run:
         return 0
     for m in (a.method for a in plan.arms):
