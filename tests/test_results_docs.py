@@ -58,7 +58,8 @@ def test_readme_is_a_short_guide_with_the_verdict_up_front():
     head = "\n".join(lines[:40])
     assert "<!-- generated: verdict -->" in head and "<!-- end generated -->" in head, "the verdict is not in the first 40 lines"
     verdict = head.split("<!-- generated: verdict -->")[1].split("<!-- end generated -->")[0]
-    assert len(verdict.strip().splitlines()) <= 8 and re.search(r"\d+\.\d", verdict)
+    # room for the intervals and caveats its words need (tests/test_verdict_words.py), still one screen
+    assert len(verdict.strip().splitlines()) <= 12 and re.search(r"\d+\.\d", verdict)
     assert re.search(r"!\[[^\]]*\]\(figures/\w+\.png\)", head), "no headline figure in the first 40 lines"
     text = "\n".join(lines)
     for needed in ("make reproduce", "make test", "docs/results.md", "docs/integrations.md", "16 of the 21",
@@ -87,11 +88,11 @@ def _headline_files(tmp_path, success, oracle_read, speed):
 def test_the_headline_says_reproduced_only_when_success_and_the_choice_both_rise(tmp_path):
     level = docs.headline_sentence(*_headline_files(tmp_path / "a", (-0.1, -1.6, 1.3), (0.4, -5.6, 6.4), (0.03, 0.02, 0.04)))
     assert level.startswith("**The paper's headline table is not reproduced at kit scale.** In `starved`")
-    assert "learns the choice faster than outcome-only GRPO (0.050 vs 0.020 logit/step" in level
-    assert "the two end level (oracle-read +0.4 [-5.6, +6.4] pp, success -0.1 [-1.6, +1.3] pp; 8 paired seeds" in level
+    assert "learns the choice faster than outcome-only GRPO (choice speed (on-policy) 0.050 vs 0.020 logit/step" in level
+    assert "the two end level within 6.4 pp in oracle-read and 1.6 pp in success (8 paired seeds" in level
     won = docs.headline_sentence(*_headline_files(tmp_path / "b", (3.0, 1.0, 5.0), (9.0, 2.0, 16.0), (0.0, -0.01, 0.01)))
     assert won.startswith("**The paper's headline table is reproduced at kit scale.**")
-    assert "no faster than outcome-only" in won and "ends above it in oracle-read" in won and "above in success" in won
+    assert "not shown faster than outcome-only" in won and "ends above it in oracle-read" in won and "above in success" in won
     mixed = docs.headline_sentence(*_headline_files(tmp_path / "c", (-3.0, -5.0, -1.0), (9.0, 2.0, 16.0), (0.03, 0.02, 0.04)))
     assert "not reproduced" in mixed and "below in success (-3.0 [-5.0, -1.0] pp" in mixed
 

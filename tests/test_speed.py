@@ -136,7 +136,7 @@ def test_a_ratio_is_given_only_where_outcome_only_learns_the_choice(tmp_path):
     assert table.loc["b", "diff"] < 0
     fit = rates.predictor_fit(table.reset_index())
     text = rates.verdict_sentence(table.reset_index(), fit)
-    assert "(1 of the rate study's 2 regimes)" in text and "where it does not (`b`), SkillGate is no faster" in text
+    assert "(1 of 2 regimes, a rule set after the first results)" in text and "elsewhere (`b`) it is not shown faster" in text
     summary = rates.rate_summary(table.reset_index(), fit)
     assert "in 1 of 2 regimes" in summary and "`b` 36 % -> 25 %" in summary
     assert "outcome-only does not learn" in rates.rate_markdown(table.reset_index())

@@ -114,53 +114,108 @@ def _pp(d: pd.Series, measure: str) -> str:
     return interval_pp(d[measure], d[f"{measure}_lo"], d[f"{measure}_hi"])
 
 
+def _margin(d: pd.Series, measure: str) -> float:
+    """The largest difference an interval covering 0 still admits, either way (pp)."""
+    return max(abs(d[f"{measure}_lo"]), abs(d[f"{measure}_hi"]))
+
+
 def headline_sentence(figures_dir: Path, data_dir: Path) -> str:
     """The verdict's first sentences: whether table 1 (``results_table.csv`` and ``_paired.csv``, the
     :data:`HEADLINE_STUDY`) reproduces the paper's headline (SkillGate above outcome-only GRPO in both success and
-    oracle-read, intervals above 0), and how the two compare there in success, the choice and its speed."""
+    oracle-read, intervals above 0), and how the two compare there in success, the choice and its speed. "Level"
+    comes with the margin its intervals allow."""
     table = pd.read_csv(figures_dir / "results_table.csv").set_index("method")
     d = pd.read_csv(figures_dir / "results_table_paired.csv").set_index("baseline").loc["outcome"]
     regime = json.loads((data_dir / "runs" / "study" / HEADLINE_STUDY / "plan.json").read_text())["regime"]
     reproduced = d["success_lo"] > 0 and d["oracle_read_lo"] > 0
-    speed = _direction(d, "speed", "faster than", "slower than", "no faster than")
+    speed = _direction(d, "speed", "faster than", "slower than", "not shown faster than")
     sg, oc = table.loc["skillgate"], table.loc["outcome"]
     text = (f"**The paper's headline table is {'' if reproduced else 'not '}reproduced at kit scale.** In `{regime}`, "
-            f"where the audit finds starvation, SkillGate learns the choice {speed} outcome-only GRPO"
-            f" ({sg['speed']:.3f} vs {oc['speed']:.3f} logit/step; paired "
+            f"where the audit finds starvation, SkillGate learns the choice {speed} outcome-only GRPO (choice speed "
+            f"(on-policy) {sg['speed']:.3f} vs {oc['speed']:.3f} logit/step, paired "
             f"{interval_pp(d['speed'], d['speed_lo'], d['speed_hi'], '{:+.3f}')})")
     if d["oracle_read_lo"] <= 0 <= d["oracle_read_hi"] and d["success_lo"] <= 0 <= d["success_hi"]:
-        text += (f" but the two end level (oracle-read {_pp(d, 'oracle_read')} pp, success {_pp(d, 'success')} pp; "
-                 f"{int(d['seeds'])} paired seeds, test set).")
+        text += (f" but the two end level within {_margin(d, 'oracle_read'):.1f} pp in oracle-read and "
+                 f"{_margin(d, 'success'):.1f} pp in success ({int(d['seeds'])} paired seeds, test set).")
     else:
-        text += (f"; it ends {_direction(d, 'oracle_read', 'above', 'below', 'level with')} it in oracle-read "
-                 f"({_pp(d, 'oracle_read')} pp) and {_direction(d, 'success', 'above', 'below', 'level')} in success "
+        text += (f"; it ends {_direction(d, 'oracle_read', 'above', 'below', 'not shown above or below')} it in "
+                 f"oracle-read ({_pp(d, 'oracle_read')} pp) and "
+                 f"{_direction(d, 'success', 'above', 'below', 'not shown above or below')} in success "
                  f"({_pp(d, 'success')} pp; {int(d['seeds'])} paired seeds, test set).")
     return text
 
 
+def success_by_regime(figures_dir: Path, data_dir: Path) -> pd.DataFrame:
+    """SkillGate minus outcome-only in test success (pp) in every regime compared: table 1's study, the dose
+    response's regimes (figure 5) and the diagnosis comparisons, with the interval each was reported with and
+    whether the regime had a search of its own (a study plan with more than one value for an arm, or a diagnosis
+    folder with a ``search.csv``) or reused another's choice."""
+    rows = []
+    note8 = pd.read_csv(figures_dir / "results_table_paired.csv").set_index("baseline").loc["outcome"]
+    rows.append({"regime": HEADLINE_STUDY, "diff": note8["success"], "lo": note8["success_lo"],
+                 "hi": note8["success_hi"], "searched": True})
+    for _, r in pd.read_csv(figures_dir / "fig5_dose_response.csv").iterrows():
+        plan = json.loads((data_dir / "runs" / "study" / r["regime"] / "plan.json").read_text())
+        rows.append({"regime": r["regime"], "diff": r["success_diff"], "lo": r["success_lo"], "hi": r["success_hi"],
+                     "searched": any(len(a["values"]) > 1 for a in plan["arms"])})
+    for folder in DIAGNOSED:
+        d = data_dir / "runs" / "diagnosis" / folder
+        cell = pd.read_csv(d / "summary.csv", dtype=str).set_index("condition").loc["skillgate", "success - outcome (pp)"]
+        lo, hi = (float(v) for v in re.search(r"\[([^,]+),\s*([^\]]+)\]", cell).groups())
+        rows.append({"regime": folder, "diff": leading_number(cell), "lo": lo, "hi": hi,
+                     "searched": (d / "search.csv").exists()})
+    return pd.DataFrame(rows)
+
+
+def success_sentence(by_regime: pd.DataFrame) -> str:
+    """How many regimes' success intervals lie above 0, below it, or cover it, and how many had no search of their
+    own."""
+    above, below = by_regime[by_regime["lo"] > 0], by_regime[by_regime["hi"] < 0]
+    covers = by_regime[(by_regime["lo"] <= 0) & (by_regime["hi"] >= 0)]
+    n = len(by_regime)
+
+    def names(rows):
+        return ", ".join(f"`{r}`" for r in rows["regime"])
+
+    text = (f"its success interval lies above outcome-only's in {len(above)} of {n} regimes"
+            + (f" ({names(above)})" if len(above) else "")
+            + f", below in {len(below)} and covers 0 in {len(covers)}")
+    if len(covers):
+        text += f" (not shown either way; up to {covers['hi'].max():+.1f} pp)"
+    unsearched = int((~by_regime["searched"]).sum())
+    return text + f"; {unsearched} of them reused another regime's search"
+
+
+def search_caveat(study_dir: Path, method: str = "skillgate") -> str:
+    """What a study's search left open for ``method``: a knob it did not search, a choice at an edge of its grid."""
+    plan = json.loads((study_dir / "plan.json").read_text())
+    arm = next(a for a in plan["arms"] if a["method"] == method)
+    value = json.loads((study_dir / "selection.json").read_text())[method]["value"]
+    knob = {"selector_coef": "lambda", "lr": "learning rate"}
+    out = []
+    if len(arm["values"]) > 1 and value in (min(arm["values"]), max(arm["values"])):
+        out.append(f"{knob.get(arm['knob'], arm['knob'])} {value:g} at the edge of its grid")
+    searched = {arm["knob"], *(k for k, _ in arm.get("also", []))}
+    out += [f"{knob[k]} not searched" for k in knob if k not in searched]
+    return ", ".join(out)
+
+
 def verdict(figures_dir: Path, data_dir: Path) -> str:
-    """The README's verdict, at most 8 lines, every number read from ``figures/``, ``data/runs/study/``,
-    ``data/runs/diagnosis/`` and ``data/runs/speed/``."""
+    """The README verdict, every number read from ``figures/``, ``data/runs/study/``, ``data/runs/diagnosis/`` and
+    ``data/runs/speed/``; each of its words ("faster", "more", "level", "not shown") is backed by an interval."""
     import textwrap
 
     from skillgate_lib.report import rates
 
-    note8 = pd.read_csv(figures_dir / "results_table_paired.csv").set_index("baseline").loc["outcome", "success"]
     paper = pd.read_csv(figures_dir / "results_table_paper_paired.csv").set_index("baseline").loc["outcome"]
-    dose = pd.read_csv(figures_dir / "fig5_dose_response.csv")
-    success = [note8, *dose["success_diff"]] + [
-        leading_number(pd.read_csv(data_dir / "runs" / "diagnosis" / d / "summary.csv", dtype=str)
-                       .set_index("condition").loc["skillgate", "success - outcome (pp)"]) for d in DIAGNOSED]
-    above = sum(s > 0 for s in success)
-    success_claim = (f"in none of {len(success)} regimes does it succeed more "
-                     f"({min(success):+.1f} to {max(success):+.1f} pp)" if above == 0 else
-                     f"it succeeds more in {above} of the {len(success)} regimes compared")
-    choice = _direction(paper, "oracle_read", "more often", "less often", "no more often")
-    s_word = _direction(paper, "success", "succeeds more", "succeeds less", "does not succeed more")
+    choice = _direction(paper, "oracle_read", "more often", "less often", "not shown more often")
     table, fit, _ = _rate_tables(data_dir)
+    caveat = search_caveat(data_dir / "runs" / "study" / "paper")
     text = (headline_sentence(figures_dir, data_dir)
-            + f" In `paper` it reads the right skill {choice} ({_pp(paper, 'oracle_read')} pp) and {s_word} "
-              f"({_pp(paper, 'success')} pp); {success_claim}. "
+            + f" In `paper` it reads the right skill {choice} ({_pp(paper, 'oracle_read')} pp"
+              f"{'; its ' + caveat if caveat else ''}). "
+            + success_sentence(success_by_regime(figures_dir, data_dir))[0].upper()
+            + success_sentence(success_by_regime(figures_dir, data_dir))[1:] + ". "
             + rates.verdict_sentence(table, fit))
     keep = re.sub(r"\[[^\]]*\]", lambda m: m.group(0).replace(" ", "\0"), text)  # no line break inside an interval
     return textwrap.fill(keep, width=112, break_on_hyphens=False, break_long_words=False).replace("\0", " ") + "\n"

@@ -9,7 +9,8 @@ studies under ``data/runs/speed/<regime>[-<optimizer>]/`` and computes, fixed be
   (t-interval). A ratio of rates means something only where outcome-only learns the choice:
   where its slope's interval does not lie above 0 the ratio is left out (nan) and the study
   counts as one where outcome-only GRPO does not learn the choice in the budget (this rule
-  was added after the ``paper`` study, where both arms lose oracle-read, had run);
+  was added after the results of the ``paper_note8``, ``paper_note4`` and ``paper`` studies,
+  the last of which has both arms losing oracle-read; ``ratio_all`` is the ratio without it);
 * the theory's predicted ratio (:func:`skillgate_lib.theory.predicted_signal_ratio`) from the
   regime's probe of its warm start (``data/runs/diagnosis/probes/*.json``) with three doses:
   the loss-weight Share, the Gradient Share (logit-gradient norms), and, where measured, the
@@ -185,8 +186,10 @@ def rate_table(runs: pd.DataFrame, probes_dir: str | Path = paths.DATA_DIR / "ru
             row[f"final_oracle_{name}"] = float(arm["val_oracle_read_final"].mean())
             row[f"success_{name}"] = float(arm["val_success_final"].mean())
         row["outcome_learns"] = bool(row["slope_outcome_lo"] > 0)
+        row["ratio_all"], row["ratio_all_lo"], row["ratio_all_hi"] = ratio_interval(s["slope_val"].to_numpy(),
+                                                                                   o["slope_val"].to_numpy())
         row["ratio"], row["ratio_lo"], row["ratio_hi"] = (
-            ratio_interval(s["slope_val"].to_numpy(), o["slope_val"].to_numpy()) if row["outcome_learns"]
+            (row["ratio_all"], row["ratio_all_lo"], row["ratio_all_hi"]) if row["outcome_learns"]
             else (math.nan, math.nan, math.nan))
         row["diff"], row["diff_lo"], row["diff_hi"] = t_interval(s["slope_val"].to_numpy() - o["slope_val"].to_numpy())
         row["ratio_onpolicy"] = (float(s["slope_onpolicy"].mean() / o["slope_onpolicy"].mean()) if row["outcome_learns"]
@@ -204,7 +207,7 @@ def rate_table(runs: pd.DataFrame, probes_dir: str | Path = paths.DATA_DIR / "ru
 def predictor_fit(table: pd.DataFrame) -> pd.DataFrame:
     """Per predictor (:data:`PREDICTORS`): over the studies with a positive observed ratio and a prediction, the
     log-log least-squares slope, the Spearman rank correlation and the mean and largest absolute residual
-    (natural log of observed / predicted)."""
+    (natural log of observed / predicted); last, the same residuals of :data:`CONSTANT`, left out in turn."""
     from scipy import stats
 
     rows = []
@@ -219,7 +222,16 @@ def predictor_fit(table: pd.DataFrame) -> pd.DataFrame:
         resid = y - x
         rows.append({"predictor": label, "studies": len(t), "loglog_slope": slope, "spearman": rho,
                      "mean_residual": float(resid.mean()), "max_abs_residual": float(np.abs(resid).max())})
+    y = np.log(table.loc[table["ratio"] > 0, "ratio"].to_numpy())
+    if len(y) >= 2:  # each study predicted by the geometric mean of the others' observed ratios
+        resid = y - (y.sum() - y) / (len(y) - 1)
+        rows.append({"predictor": CONSTANT, "studies": len(y), "mean_residual": float(resid.mean()),
+                     "max_abs_residual": float(np.abs(resid).max())})
     return pd.DataFrame(rows)
+
+
+#: The predictor every theory must beat: each study's ratio predicted by the geometric mean of the other studies'.
+CONSTANT = "constant (the other studies' mean)"
 
 
 def rate_figure(table: pd.DataFrame):
@@ -346,7 +358,8 @@ def _not_learning(t: pd.DataFrame) -> str:
     for both arms, and whether SkillGate's slope lies above 0 there."""
     return "; ".join(f"`{r.regime}` {100 * r.start_oracle_outcome:.0f} % -> {100 * r.final_oracle_outcome:.0f} % "
                      f"(SkillGate -> {100 * r.final_oracle_skillgate:.0f} %, "
-                     f"{'whose slope is above 0' if r.slope_skillgate_lo > 0 else 'not learning either'})"
+                     f"{'whose slope is above 0' if r.slope_skillgate_lo > 0 else 'not learning either'}; "
+                     f"SkillGate {faster_word(r)}, paired slope {_diff(r)})"
                      for r in t.itertuples())
 
 
@@ -361,28 +374,37 @@ def rate_summary(table: pd.DataFrame, fit: pd.DataFrame) -> str:
     def each(rows):
         return ", ".join(f"`{r.regime}` {r.ratio:.2f} [{r.ratio_lo:.2f}, {r.ratio_hi:.2f}]" for r in rows.itertuples())
 
-    out = [f"With AdamW at each arm's best step size, outcome-only GRPO learns the choice (its slope's interval above 0) "
-           f"in {len(rated)} of {len(t)} regimes; there SkillGate learns it faster in {len(faster)} "
+    out = [f"With AdamW at each arm's best step size, outcome-only GRPO learns the choice (its slope's interval above 0, "
+           f"a rule added after the first three studies' results) in {len(rated)} of {len(t)} regimes; there SkillGate learns it faster in {len(faster)} "
            f"(speed ratio [BCa 95 %]: {each(faster) or 'none'})"
            + (f", slower in {len(slower)} ({each(slower)})" if len(slower) else "")
            + (f", and neither, within the interval, in {len(neither)} ({each(neither)})" if len(neither) else "") + "."]
     if len(rated) < len(t):
+        stalled = t[~t["outcome_learns"]]
         out.append("Where outcome-only GRPO does not learn the choice in 30 steps (validation oracle-read, start -> "
-                   f"step 30): {_not_learning(t[~t['outcome_learns']])}.")
+                   f"step 30): {_not_learning(stalled)}. Without the rule, their ratios would read "
+                   + ", ".join(f"`{r.regime}` {_ratio(r, 'ratio_all')}" for r in stalled.itertuples()) + ".")
     fit = fit.set_index("predictor")
     scored = fit.dropna(subset=["max_abs_residual"]) if "max_abs_residual" in fit else fit.iloc[:0]
-    if len(scored):
-        best = scored["max_abs_residual"].idxmin()
+    theory = scored.drop(index=CONSTANT, errors="ignore")
+    if len(theory):
+        best = theory["max_abs_residual"].idxmin()
         out.append(f"Of the theory's predicted ratios, the one from the {best} comes closest (every regime within a factor "
-                   f"of {math.exp(scored.loc[best, 'max_abs_residual']):.1f}, log-log slope {scored.loc[best, 'loglog_slope']:+.2f}); "
-                   + "; ".join(f"the {p}'s overstates the ratio {math.exp(-r['mean_residual']):.0f}-fold on average"
-                               for p, r in scored.iterrows() if p != best and r["mean_residual"] < 0) + ".")
+                   f"of {math.exp(theory.loc[best, 'max_abs_residual']):.1f}, log-log slope "
+                   f"{theory.loc[best, 'loglog_slope']:+.2f}, Spearman {theory.loc[best, 'spearman']:+.2f}); "
+                   + "; ".join(f"the {p}'s overstates the ratio {math.exp(-r['mean_residual']):.0f}-fold on average "
+                               f"(at worst {math.exp(r['max_abs_residual']):.0f}-fold)"
+                               for p, r in theory.iterrows() if p != best and r["mean_residual"] < 0) + ".")
+        if CONSTANT in scored.index:
+            out.append(predictor_sentence(fit.reset_index())[0].upper() + predictor_sentence(fit.reset_index())[1:]
+                       + "; the threshold a prediction had to meet was not fixed before the runs.")
     others = table[table["optimizer"] != "adamw"]
     for regime, g in table[table["regime"].isin(others["regime"])].groupby("regime", sort=True):
-        each = "; ".join(f"{r.optimizer} {r.ratio:.2f} [{r.ratio_lo:.2f}, {r.ratio_hi:.2f}]" if r.outcome_learns
+        each = "; ".join(f"{r.optimizer} {_ratio(r)}, paired slope {_diff(r)}: {faster_word(r)}" if r.outcome_learns
                          else f"{r.optimizer}: outcome-only does not learn" for r in g.itertuples())
         out.append(f"The optimizer control in `{regime}` (speed ratio by optimizer, each with its own searched step "
-                   f"size): {each}.")
+                   f"size; \"faster\" where both the ratio's interval lies above 1 and the paired slope difference's "
+                   f"above 0): {each}.")
     if len(rated):
         gain = rated.assign(gain=rated["final_oracle_outcome"] - rated["start_oracle_outcome"])
         out.append(f"Where it learns, outcome-only GRPO raises validation oracle-read by {_span(gain, 'gain')} points "
@@ -391,32 +413,59 @@ def rate_summary(table: pd.DataFrame, fit: pd.DataFrame) -> str:
     return "\n".join(s for s in out if s) + "\n"
 
 
-def verdict_sentence(table: pd.DataFrame, fit: pd.DataFrame) -> str:
-    """The README verdict's sentence on the rate study (AdamW studies): where outcome-only GRPO learns the choice, how
-    much faster SkillGate learns it, which dose predicts its level and whether any tracks its variation, and what
-    happens where outcome-only does not learn."""
-    t = table[table["optimizer"] == "adamw"]
-    rated = t[t["outcome_learns"]]
-    n, k = len(t), len(rated)
-    faster = int((rated["ratio_lo"] > 1).sum())
-    out = (f"Where outcome-only learns the choice in 30 steps ({k} of the rate study's {n} regimes), SkillGate learns it "
-           f"{_span(rated, 'ratio', 1.0, '{:.1f}')}x as fast "
-           f"({'every interval' if faster == k else f'{faster} of {k} intervals'} above 1)")
+def faster_word(r) -> str:
+    """How a study's SkillGate compares in speed, by both its tests: ``faster`` when the ratio's interval lies above 1
+    and the paired slope difference's above 0, ``slower`` when both lie below, else ``not shown faster``."""
+    if r.ratio_lo > 1 and r.diff_lo > 0:
+        return "faster"
+    if r.ratio_hi < 1 and r.diff_hi < 0:
+        return "slower"
+    return "not shown faster"
+
+
+def _diff(r) -> str:
+    return f"{r.diff:+.3f} [{r.diff_lo:+.3f}, {r.diff_hi:+.3f}]"
+
+
+def _ratio(r, col: str = "ratio") -> str:
+    lo, hi = getattr(r, f"{col}_lo"), getattr(r, f"{col}_hi")
+    f = (lambda v: f"{v:.2f}" if abs(v) < 100 else f"{v:.0f}")
+    return f"{f(getattr(r, col))} [{f(lo)}, {f(hi)}]"
+
+
+def predictor_sentence(fit: pd.DataFrame) -> str:
+    """Whether any dose of the theory predicts the ratio better than :data:`CONSTANT`, by their largest log error."""
     f = fit.set_index("predictor")
     scored = f.dropna(subset=["max_abs_residual"]) if "max_abs_residual" in f else f.iloc[:0]
-    if len(scored) >= 2:
-        best = scored["max_abs_residual"].idxmin()
-        share = PREDICTORS["pred_share"]
-        out += f", the level the {best} predicts (within {math.exp(scored.loc[best, 'max_abs_residual']):.1f}x"
-        if best != share and share in scored.index and scored.loc[share, "mean_residual"] < 0:
-            out += f"; the {share}: {math.exp(-scored.loc[share, 'mean_residual']):.0f}x"
-        out += ")"
-        slopes = scored["loglog_slope"].dropna()
-        if len(slopes) and (slopes.abs() < 0.5).all():
-            out += ", though no dose tracks its variation"
+    theory = scored.drop(index=CONSTANT, errors="ignore")
+    if theory.empty or CONSTANT not in scored.index:
+        return ""
+    best = theory["max_abs_residual"].idxmin()
+    b, c = theory.loc[best], scored.loc[CONSTANT]
+    verb = "predicts it no better than" if c["max_abs_residual"] <= b["max_abs_residual"] else "predicts it better than"
+    return (f"the theory's closed form {verb} a constant (within {math.exp(b['max_abs_residual']):.1f}x of every "
+            f"study at best, from the {best}, against {math.exp(c['max_abs_residual']):.2f}x for the other studies' "
+            f"mean)")
+
+
+def verdict_sentence(table: pd.DataFrame, fit: pd.DataFrame) -> str:
+    """The README verdict's sentence on the rate study (AdamW studies): where outcome-only GRPO learns the choice, how
+    much faster SkillGate learns it (with the rule that picks those studies flagged as added after results, and
+    the ratios it leaves out), whether the theory predicts it better than a constant, and what happens where
+    outcome-only does not learn. Each word is backed by an interval (:func:`_faster_word`)."""
+    t = table[table["optimizer"] == "adamw"]
+    rated = t[t["outcome_learns"]]
     stalled = t[~t["outcome_learns"]]
+    n, k = len(t), len(rated)
+    faster = int((rated["ratio_lo"] > 1).sum())
+    out = (f"Where outcome-only learns the choice in 30 steps ({k} of {n} regimes, a rule set after the first "
+           f"results), SkillGate learns it {_span(rated, 'ratio', 1.0, '{:.1f}')}x as fast "
+           f"({'every interval' if faster == k else f'{faster} of {k} intervals'} above 1)")
+    sentence = predictor_sentence(fit)
+    if sentence:
+        out += ", and " + sentence
     if len(stalled):
-        ahead = stalled[stalled["diff_lo"] > 0]
-        out += (f"; where it does not ({', '.join(f'`{r}`' for r in stalled['regime'])}), SkillGate is "
-                + ("no faster" if ahead.empty else f"faster in {', '.join(f'`{r}`' for r in ahead['regime'])}"))
+        words = sorted({faster_word(r) for r in stalled.itertuples()})
+        out += (f"; elsewhere ({', '.join(f'`{r}`' for r in stalled['regime'])}) it is "
+                + " or ".join(words) + " (paired choice-speed difference)")
     return out + "."

@@ -91,6 +91,23 @@ def choice_speed(run_dir: str | Path, upto: int = SPEED_STEPS) -> float:
     return float(speed_measures(run_dir, upto)["slope_onpolicy"])
 
 
+def shared_rollouts(study_dir: str | Path, method: str, other: str,
+                    columns: tuple[str, ...] = ("train/oracle_read", "train/success", "train/reads")) -> pd.DataFrame:
+    """Per seed that both methods ran at their choice, the first training step whose logged on-policy statistics
+    differ between them (the runs share their rollouts before it: same seed, same prompts, same samples until the
+    updates differ); ``None`` where they never differ."""
+    study_dir = Path(study_dir)
+    tests = test_results(study_dir).set_index(["method", "seed"])
+    rows = []
+    for seed in sorted(set(tests.loc[method].index) & set(tests.loc[other].index)):
+        a, b = (logs.read_metrics(study_dir / tests.loc[(m, seed), "run"]).query("split == 'train'").set_index("step")
+                for m in (method, other))
+        steps = a.index.intersection(b.index)
+        differ = [s for s in steps if not a.loc[s, list(columns)].equals(b.loc[s, list(columns)])]
+        rows.append({"seed": seed, "first_differing_step": min(differ) if differ else None})
+    return pd.DataFrame(rows)
+
+
 def with_choice_speed(tests: pd.DataFrame, study_dir: str | Path, upto: int = SPEED_STEPS) -> pd.DataFrame:
     """``tests`` (:func:`test_results`) with a ``speed`` column: :func:`choice_speed` of each run (NaN for the
     warm start)."""

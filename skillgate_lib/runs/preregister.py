@@ -42,9 +42,10 @@ def write_plan(plan_json: dict, dest: Path) -> Path:
     return path
 
 
-def committed_text(path: Path, repo: Path = paths.REPO_ROOT) -> str | None:
-    """``path`` as git's ``HEAD`` holds it in ``repo``, or None when it is not committed (or ``repo`` is no git
-    checkout)."""
+def committed_text(path: Path, repo: Path | None = None) -> str | None:
+    """``path`` as git's ``HEAD`` holds it in ``repo`` (default: the kit's checkout), or None when it is not committed
+    (or ``repo`` is no git checkout)."""
+    repo = paths.REPO_ROOT if repo is None else repo
     try:
         rel = Path(path).resolve().relative_to(Path(repo).resolve())
     except ValueError:
@@ -53,7 +54,7 @@ def committed_text(path: Path, repo: Path = paths.REPO_ROOT) -> str | None:
     return out.stdout if out.returncode == 0 else None
 
 
-def require_committed(plan_json: dict, dest: Path, command: str, repo: Path = paths.REPO_ROOT) -> None:
+def require_committed(plan_json: dict, dest: Path, command: str, repo: Path | None = None) -> None:
     """Raise :class:`UncommittedPlan` unless ``dest/plan.json`` is committed in ``repo`` with ``plan_json``'s
     content; the message says how to write and commit it (``command``: the study's command line, for the hint)."""
     path = Path(dest) / "plan.json"
