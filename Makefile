@@ -29,6 +29,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --no-warn-conflicts $(VERL_DEPS)
 # the git hook that strips notebook outputs before a commit (.pre-commit-config.yaml)
 	@if [ -e .git ]; then $(VENV)/bin/pre-commit install || echo "pre-commit install failed; run it by hand"; fi
+# the git filter that strips them as git reads a notebook, so an autosaved notebook is clean to `git status`
+	@if [ -e .git ]; then $(PY) scripts/git_filter.py || echo "git filter install failed; run scripts/git_filter.py by hand"; fi
 	touch $(STAMP)
 
 install: $(STAMP)

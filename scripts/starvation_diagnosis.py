@@ -68,7 +68,7 @@ def run(out: Path, conditions, seeds, workers: int, **shared) -> None:
 
 def evaluate_runs_on_test(out: Path, regime: str, n: int, workers: int) -> None:
     """Every finished run's final adapter on ``n`` test instances (``test.json``), apart from the held-out ``eval`` pool."""
-    from skillgate_lib.runs.study import write_test_records
+    from skillgate_lib.runs.protocol import write_test_records
 
     runs = sorted(str(p.parent) for p in out.glob("*/*/adapter"))
     write_test_records([(r, regime, n, None, max(1, 2 // workers)) for r in runs], workers, progress=False)

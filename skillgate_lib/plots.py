@@ -234,7 +234,7 @@ _DASHES = ("-", "--", "-.", ":")
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 
 
-def learning_curves(curves: pd.DataFrame, measures=tuple(EVAL_MEASURES)) -> plt.Figure:
+def learning_curves_figure(curves: pd.DataFrame, measures=tuple(EVAL_MEASURES)) -> plt.Figure:
     """One panel per measure, two per row: mean over seeds by GRPO step for each method, the seed
     range shaded, one legend under the panels.
 
@@ -269,8 +269,8 @@ def learning_curves(curves: pd.DataFrame, measures=tuple(EVAL_MEASURES)) -> plt.
     return fig
 
 
-def by_horizon(df: pd.DataFrame) -> plt.Figure:
-    """One panel per measure of ``report.by_horizon``: mean ± seed sd by horizon for every method,
+def by_horizon_figure(df: pd.DataFrame) -> plt.Figure:
+    """One panel per measure of ``comparison.by_horizon``: mean ± seed sd by horizon for every method,
     methods shifted slightly along H so their bars do not overlap; one legend under the panels."""
     measures = sorted(dict.fromkeys(df["measure"]), key=lambda m: m != "success")  # success first
     names = list(dict.fromkeys(df["method"]))

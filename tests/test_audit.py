@@ -163,7 +163,7 @@ def test_cli_prints_table_writes_figures_and_never_touches_input(tmp_path, capsy
     before = _tree_digest(run)
     assert audit.main([str(run), "--out", str(tmp_path / "figs"), "--n-boot", "50"]) == 0
     out = capsys.readouterr().out
-    assert "share_med" in out and "trends vs horizon" in out and "all" in out
+    assert "Share %" in out and "trends vs horizon" in out and "all" in out
     for name in ("audit_share", "audit_sign", "audit_value", "audit_reads", "audit_summary"):
         assert (tmp_path / "figs" / f"{name}.png").exists() and (tmp_path / "figs" / f"{name}.csv").exists()
     assert _tree_digest(run) == before
@@ -179,10 +179,15 @@ def test_spearman_trend_and_bootstrap():
     t = audit.spearman_trend(np.arange(5.0), np.array([1, 2, 3, 5, 8.0]), "up", rng)
     assert t["rho"] == pytest.approx(1.0) and t["p_value"] == pytest.approx(2 / 120) and t["monotone"]
     assert t["verdict"] == "worsens monotonically"
-    t = audit.spearman_trend(np.arange(5.0), np.array([1, 3, 2, 5, 8.0]), "down", rng)
-    assert t["rho"] == pytest.approx(0.9) and t["verdict"] == "does not worsen" and not t["monotone"]
-    t = audit.spearman_trend(np.arange(5.0), np.array([8, 5, 6, 2, 1.0]), "down", rng)
-    assert t["rho"] == pytest.approx(-0.9) and t["verdict"] == "worsens (not monotonically)"
+    # rho 0.9 over 5 bins: p = 10 / 120 > 0.05, so no trend either way (it used to read "does not worsen")
+    up, down = np.array([1, 3, 2, 5, 8.0]), np.array([8, 5, 6, 2, 1.0])
+    t = audit.spearman_trend(np.arange(5.0), up, "down", rng)
+    assert t["rho"] == pytest.approx(0.9) and t["p_value"] == pytest.approx(10 / 120) and not t["monotone"]
+    assert t["verdict"] == "no trend"
+    assert audit.spearman_trend(np.arange(5.0), up, "down", rng, alpha=0.1)["verdict"] == "improves"
+    t = audit.spearman_trend(np.arange(5.0), down, "down", rng)
+    assert t["rho"] == pytest.approx(-0.9) and t["verdict"] == "no trend"
+    assert audit.spearman_trend(np.arange(5.0), down, "down", rng, alpha=0.1)["verdict"] == "worsens"
     mean, lo, hi = audit.bootstrap_mean(np.array([0.0, 1.0]), np.array([50.0, 50.0]), 4000, rng)
     assert mean == 0.5 and lo == pytest.approx(0.5 - 1.96 * 0.05, abs=0.015) and hi == pytest.approx(0.5 + 0.098, abs=0.015)
 

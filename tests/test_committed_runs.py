@@ -51,14 +51,14 @@ def test_a_committed_study_adapter_reproduces_its_test_set_numbers():
     (a SkillGate run at the chosen lambda, on a seed beyond the search)."""
     import json
 
-    from skillgate_lib.runs import study
+    from skillgate_lib.runs import protocol, study
 
     selection = json.loads((STUDY / "selection.json").read_text())
     plan = study.paper_plan()
-    run = STUDY / study.run_name(plan.arm("skillgate"), selection["skillgate"]["value"], max(plan.search_seeds) + 1)
+    run = STUDY / study.study_run_name(plan.arm("skillgate"), selection["skillgate"]["value"], max(plan.search_seeds) + 1)
     logged = json.loads((run / "test.json").read_text())
     try:
-        now = study.evaluate_on_test(run, plan.regime, plan.test_tasks, threads=1)
+        now = protocol.evaluate_on_test(run, plan.regime, plan.test_tasks, threads=1)
     finally:
         torch.set_num_threads(2)
     for key in ("test/success", "test/oracle_read", "test/misleading_read", "test/reads"):

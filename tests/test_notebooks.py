@@ -245,3 +245,20 @@ def test_progress_is_a_widget_in_the_lab_and_text_lines_headless(tmp_path):
     stderr = "".join("".join(o["text"]) for o in headless if o.get("name") == "stderr")
     assert PROGRESS.match(stderr.strip().splitlines()[-1]), stderr
     assert "tqdm.std" in "".join("".join(o["text"]) for o in headless if o.get("name") == "stdout")
+
+
+def test_git_reads_notebooks_through_the_nbstripout_filter_with_the_hooks_arguments():
+    """``.gitattributes`` routes every notebook through the ``nbstripout`` filter, and the filter
+    ``scripts/git_filter.py`` defines (``make install``) strips with the pre-commit hook's arguments, so
+    an autosaved notebook with outputs is what git would commit: unchanged."""
+    import importlib.util
+
+    for nb in NOTEBOOKS:
+        out = subprocess.run(["git", "-C", str(paths.REPO_ROOT), "check-attr", "filter", "--", str(nb)],
+                             capture_output=True, text=True, check=True).stdout
+        assert out.strip().endswith("filter: nbstripout"), out
+    spec = importlib.util.spec_from_file_location("git_filter", paths.REPO_ROOT / "scripts" / "git_filter.py")
+    git_filter = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(git_filter)
+    command = git_filter.clean_command("python")
+    assert command.startswith("python -m nbstripout --keep-id") and "metadata.papermill" in command

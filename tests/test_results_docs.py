@@ -103,11 +103,11 @@ def test_the_edge_supplement_counts_the_runs_that_repeat_table_1(tmp_path):
     root = tmp_path / "runs" / "study"
     for name in (docs.HEADLINE_STUDY, docs.HEADLINE_STUDY + "-edge"):
         shutil.copytree(paths.DATA_DIR / "runs" / "study" / name, root / name)
-    text = docs.edge_supplement(tmp_path)
-    assert "| `selection_bc` | 3 | lr 0.000111 |" in text and ": 8 of 8 test records equal." in text
+    text = docs.supplement(tmp_path, docs.HEADLINE_STUDY + "-edge")
+    assert "| `selection_bc` | 3 | lr 0.000111 |" in text and "`selection_bc`: 8 of 8 test records equal" in text
     record = root / (docs.HEADLINE_STUDY + "-edge") / "selection_bc-lr0.000111-seed3" / "test.json"
     import json
 
     rec = json.loads(record.read_text())
     record.write_text(json.dumps(rec | {"test/success": rec["test/success"] + 1 / 1024}))
-    assert ": 7 of 8 test records equal." in docs.edge_supplement(tmp_path)
+    assert "`selection_bc`: 7 of 8 test records equal" in docs.supplement(tmp_path, docs.HEADLINE_STUDY + "-edge")

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from skillgate_lib.report import rates
-from skillgate_lib.runs import optimizers, speed, study
+from skillgate_lib.runs import optimizers, protocol, speed
 from skillgate_lib.runs.train import TrainConfig
 
 
@@ -152,14 +152,14 @@ def test_a_small_study_runs_extends_resumes_and_exports(tmp_path):
     for m, c in chosen.items():
         assert len(c["slope_val"]) == 3 and len(c["extended"]) == 1  # two values, one extension: always an edge
         for s in (0, 1):
-            assert (tmp_path / "study" / rates.run_name(m, c["value"], s) / "test.json").exists()
+            assert (tmp_path / "study" / rates.speed_run_name(m, c["value"], s) / "test.json").exists()
     assert (tmp_path / "study" / "warmstart" / "test.json").exists()
     before = (tmp_path / "study" / "selection.json").read_text()
     assert speed.run_speed(plan, tmp_path / "study", workers=1, progress=False) == chosen  # resumes: nothing new
     assert (tmp_path / "study" / "selection.json").read_text() == before
-    n = study.export(tmp_path / "study", tmp_path / "kept")
+    n = protocol.export(tmp_path / "study", tmp_path / "kept")
     kept = sorted(p.name for p in (tmp_path / "kept").rglob("*") if p.is_file())
-    assert n == len(kept) and set(kept) == {"plan.json", "selection.json", *study.KEPT}
+    assert n == len(kept) and set(kept) == {"plan.json", "selection.json", *protocol.KEPT}
     runs = rates.run_table(tmp_path / "kept")
     assert runs["chosen"].sum() == 4 and (runs["optimizer"] == "nsgd").all()
     other = speed.SpeedPlan("easy", "tiny", optimizer="nsgd", grid=(0.06, 0.5), search_seeds=(0,), seeds=2, steps=2,

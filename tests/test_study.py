@@ -7,7 +7,7 @@ import json
 import pytest
 
 from skillgate_lib.env import SkillSlateEnv, in_split
-from skillgate_lib.runs import study
+from skillgate_lib.runs import protocol, study
 from skillgate_lib.runs.evaluate import heldout_tasks
 
 
@@ -52,10 +52,10 @@ def test_every_method_gets_the_same_number_of_configurations():
 
 
 def test_a_choice_at_an_edge_extends_the_grid_by_its_ratio():
-    assert study.edge_extension([1e-3, 3e-3, 1e-2], 1e-2) == pytest.approx(1e-2 * 1e-2 / 3e-3, rel=1e-3)
-    assert study.edge_extension([1e-3, 3e-3, 1e-2], 1e-3) == pytest.approx(1e-3 * 1e-3 / 3e-3, rel=1e-3)
-    assert study.edge_extension([1e-3, 3e-3, 1e-2], 3e-3) is None
-    assert study.edge_extension([0.2], 0.2) is None
+    assert protocol.edge_extension([1e-3, 3e-3, 1e-2], 1e-2) == pytest.approx(1e-2 * 1e-2 / 3e-3, rel=1e-3)
+    assert protocol.edge_extension([1e-3, 3e-3, 1e-2], 1e-3) == pytest.approx(1e-3 * 1e-3 / 3e-3, rel=1e-3)
+    assert protocol.edge_extension([1e-3, 3e-3, 1e-2], 3e-3) is None
+    assert protocol.edge_extension([0.2], 0.2) is None
 
 
 def test_the_committed_paper_plan_reads_back_unchanged():
@@ -66,7 +66,7 @@ def test_the_committed_paper_plan_reads_back_unchanged():
     committed = json.loads((paths.DATA_DIR / "runs" / "study" / "paper" / "plan.json").read_text())
     assert study.paper_plan().to_json() == committed
     arm = study.paper_plan().arm("outcome")
-    assert study.run_name(arm, 0.005, 3) == "outcome-lr0.005-seed3"
+    assert study.study_run_name(arm, 0.005, 3) == "outcome-lr0.005-seed3"
     assert study.point_label(arm, {"lr": 0.005}) == "0.005"
 
 
@@ -80,7 +80,7 @@ def test_the_note8_table_searches_one_lr_grid_for_every_arm_and_lambda_jointly_f
     sg = plan.arm("skillgate")
     points = sg.points()
     assert len(points) == 6 and {"lr": 1e-3, "selector_coef": 1.0} in points
-    assert study.run_name(sg, {"lr": 1e-3, "selector_coef": 1.0}, 0) == "skillgate-lr0.001-selector_coef1-seed0"
+    assert study.study_run_name(sg, {"lr": 1e-3, "selector_coef": 1.0}, 0) == "skillgate-lr0.001-selector_coef1-seed0"
     assert study.point_label(sg, {"lr": 1e-3, "selector_coef": 1.0}) == "lr=0.001,selector_coef=1"
     config = plan.config(sg, {"lr": 1e-3, "selector_coef": 1.0}, 0, study.Path("out"), 1, "cpu")
     assert config.lr == 1e-3 and config.selector_coef == 1.0 and config.regime == "paper_note8"
@@ -109,7 +109,7 @@ def test_a_joint_search_selects_a_point_extends_an_edge_and_the_report_reads_the
         assert len(entry["extended"]) == 1 and entry["extended"][0] in (1e-4, 0.1)
         assert entry["at_edge"] == (entry["value"] in (min(entry["extended"][0], 1e-3), max(entry["extended"][0], 1e-2)))
     assert len(sg["val_success"]) == 6 and len(out["val_success"]) == 3
-    runs = study.selected_runs(plan, tmp_path, chosen)
+    runs = study.runs_at_chosen_point(plan, tmp_path, chosen)
     assert len(runs) == 4 and all((r / "test.json").exists() for r in runs)
     from skillgate_lib.report import study as study_report
 
@@ -135,13 +135,13 @@ def test_a_study_selects_on_validation_tests_the_choice_and_refuses_another_plan
     for m, arm in (("skillgate", plan.arms[0]), ("outcome", plan.arms[1])):
         scores = chosen[m]["val_success"]
         assert scores[f"{chosen[m]['value']:g}"] == max(scores.values())
-        chosen_runs = [tmp_path / study.run_name(arm, chosen[m]["value"], s) for s in (0, 1)]
+        chosen_runs = [tmp_path / study.study_run_name(arm, chosen[m]["value"], s) for s in (0, 1)]
         assert all((r / "test.json").exists() for r in chosen_runs)
         other = [v for v in arm.values if v != chosen[m]["value"]][0]
-        assert not (tmp_path / study.run_name(arm, other, 0) / "test.json").exists()  # no peeking
+        assert not (tmp_path / study.study_run_name(arm, other, 0) / "test.json").exists()  # no peeking
     record = json.loads((tmp_path / "warmstart" / "test.json").read_text())
     assert record["tasks"] == 12 and 0 <= record["test/success"] <= 1
-    config = json.loads((tmp_path / study.run_name(plan.arms[1], chosen["outcome"]["value"], 1) / "config.json").read_text())
+    config = json.loads((tmp_path / study.study_run_name(plan.arms[1], chosen["outcome"]["value"], 1) / "config.json").read_text())
     assert config["eval_split"] == "val" and config["steps"] == 1
     from skillgate_lib.report import study as study_report
 
@@ -188,7 +188,7 @@ def test_paired_differences_pair_by_seed(tmp_path):
     assert table.loc["outcome", "seeds"] == 4 and table.loc["outcome", "success"] == pytest.approx(30.0)
     assert table.loc["skillgate", "success_lo"] <= 20.0 <= table.loc["skillgate", "success_hi"]
     assert "[" in study_report.table_markdown(table.reset_index())
-    assert study_report.gain_by_horizon(tests)["diff"].iloc[0] == pytest.approx(10.0)
+    assert study_report.paired_differences_by_horizon(tests)["diff"].iloc[0] == pytest.approx(10.0)
     import matplotlib.pyplot as plt
 
     from skillgate_lib.report import study_plots as plots_study
@@ -223,7 +223,7 @@ def test_the_study_table_carries_the_choice_speed_where_a_run_chooses_on_policy(
     diffs = tables.diffs.set_index("baseline")
     pairs = tables.tests.query("method in ['skillgate', 'outcome']").pivot(index="seed", columns="method", values="speed")
     assert diffs.loc["outcome", "speed"] == pytest.approx((pairs["skillgate"] - pairs["outcome"]).mean())
-    assert "choice speed" in tables.markdown and "| skill_free | 5 |" in tables.markdown
+    assert "choice speed (on-policy)" in tables.markdown and "| skill-free RL | 5 |" in tables.markdown
     written = study_report.write_tables(tables, tmp_path, "results_table")
     assert [p.name for p in written] == ["results_table.md", "results_table.csv", "results_table_paired.csv"]
     assert (tmp_path / "results_table.md").read_text() == tables.markdown
@@ -249,3 +249,33 @@ def test_the_search_and_the_curves_of_a_study_read_back_from_its_files():
     outcome = next(line for line in curves if line.startswith("| `outcome` |"))
     assert outcome.startswith(f"| `outcome` | {chosen['seed'].nunique()} |")
     assert outcome.split(" | ")[2 + chosen["step"].nunique() - 1] == f"{final:.1f}"
+
+
+def test_a_rate_interval_over_seeds_stays_inside_0_and_1_and_holds_the_mean():
+    """One seed lagging the rest pushed a Student-t interval past 100 % (96.9 [91.6, 102.3]); the BCa interval
+    stays within the seeds' values."""
+    from skillgate_lib.audit import t_interval
+    from skillgate_lib.report import study as study_report
+
+    p = [0.99, 0.995, 0.99, 0.812, 0.98, 0.99, 0.985, 0.99]
+    assert t_interval(p)[2] > 1  # what the table printed before
+    mean, lo, hi = study_report.rate_interval(p)
+    assert min(p) <= lo <= mean <= hi <= max(p) <= 1
+    assert study_report.rate_interval([0.25] * 8) == (0.25, 0.25, 0.25)
+
+
+def test_a_supplement_replaces_only_the_arms_it_searched_again(tmp_path):
+    import shutil
+
+    from skillgate_lib import paths
+    from skillgate_lib.report import study as study_report
+
+    for name in ("paper_note8", "paper_note8-edge"):
+        shutil.copytree(paths.DATA_DIR / "runs" / "study" / name, tmp_path / name)
+    main = study_report.test_results(tmp_path / "paper_note8")
+    merged = study_report.with_supplements(main, tmp_path / "paper_note8")
+    bc = merged[merged["method"] == "selection_bc"]
+    assert len(bc) == 8 and bc["run_dir"].str.contains("paper_note8-edge").all()
+    rest = merged[merged["method"] != "selection_bc"].sort_values("run_dir").reset_index(drop=True)
+    assert rest.equals(main[main["method"] != "selection_bc"].sort_values("run_dir").reset_index(drop=True))
+    assert len(merged) == len(main)

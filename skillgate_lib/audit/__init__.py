@@ -48,16 +48,19 @@ quantile bins):
   least one such skill), reads per trial, success rate.
 
 Each measure gets a Spearman trend against the bins' mean horizon with an exact
-permutation p-value (Monte Carlo beyond 8 bins) and a verdict on whether it worsens
-monotonically. The theory model (:func:`skillgate_lib.theory.fit_model`) is fitted to the
+permutation p-value (Monte Carlo beyond 8 bins) and a verdict
+(:func:`~skillgate_lib.audit.stats.trend_verdict`, the one rule every printout uses):
+"no trend" unless p <= alpha (default 0.05), else "worsens" or "improves", "monotonically"
+where every bin moves that way. The theory model (:func:`skillgate_lib.theory.fit_model`) is fitted to the
 log's oracle reads, horizons and successes and its curves overlaid.
 
 The package, one job per module: :mod:`~skillgate_lib.audit.engine` (staging, checks,
 DuckDB), :mod:`~skillgate_lib.audit.stats` (quantiles, bootstrap, trend test),
 :mod:`~skillgate_lib.audit.fit` (the theory overlay), :mod:`~skillgate_lib.audit.measures`
 (:func:`run_audit`, :class:`AuditResult`), :mod:`~skillgate_lib.audit.figures`,
-:mod:`~skillgate_lib.audit.synthetic` (a synthetic log from the theory model) and
-:mod:`~skillgate_lib.audit.cli` (the text report and the command line).
+:mod:`~skillgate_lib.audit.synthetic` (a synthetic log from the theory model),
+:mod:`~skillgate_lib.audit.printout` (the text report) and :mod:`~skillgate_lib.audit.cli`
+(the command line).
 """
 
 from skillgate_lib.audit.cli import categories_note, main, report
@@ -65,11 +68,12 @@ from skillgate_lib.audit.engine import FORMATS, Engine, Unreadable, open_log
 from skillgate_lib.audit.figures import figures, shares_figure
 from skillgate_lib.audit.fit import fit_theory, theory_curves
 from skillgate_lib.audit.measures import BY_CATEGORY, TRENDS, AuditResult, run_audit, side_by_side
-from skillgate_lib.audit.stats import bootstrap_mean, spearman_trend, t_interval, weighted_quantiles
+from skillgate_lib.audit.stats import (ALPHA, bootstrap_mean, spearman_trend, t_interval, trend_verdict,
+                                        weighted_quantiles)
 from skillgate_lib.audit.synthetic import write_synthetic_log
 from skillgate_lib.readers import detect_format
 
-__all__ = ["AuditResult", "BY_CATEGORY", "Engine", "FORMATS", "TRENDS", "Unreadable", "bootstrap_mean",
+__all__ = ["ALPHA", "AuditResult", "BY_CATEGORY", "Engine", "FORMATS", "TRENDS", "Unreadable", "bootstrap_mean",
            "categories_note", "detect_format", "figures", "fit_theory", "main", "open_log", "report", "run_audit",
-           "shares_figure", "side_by_side", "spearman_trend", "t_interval", "theory_curves", "weighted_quantiles",
-           "write_synthetic_log"]
+           "shares_figure", "side_by_side", "spearman_trend", "t_interval", "theory_curves", "trend_verdict",
+           "weighted_quantiles", "write_synthetic_log"]

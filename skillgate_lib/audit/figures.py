@@ -24,7 +24,9 @@ def figures(result: AuditResult) -> dict[str, tuple[Any, pd.DataFrame]]:
         for a in (ax, *axes):
             h, lab = a.get_legend_handles_labels()
             handles, labels = handles + h, labels + lab
-        ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize="small")
+        # one column: a legend wider than its panel makes constrained layout shrink the panel to nothing
+        # (after a savefig at another dpi, the figure shown inline was squashed)
+        ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=1, fontsize="small")
 
     def share(ax):
         ax.errorbar(b["h_mean"], 100 * b["share_median"], yerr=[100 * (b["share_median"] - b["share_q25"]),

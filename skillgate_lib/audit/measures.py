@@ -18,7 +18,7 @@ import pandas as pd
 from skillgate_lib import readers, theory
 from skillgate_lib.audit.engine import Engine, open_log
 from skillgate_lib.audit.fit import fit_theory, theory_curves
-from skillgate_lib.audit.stats import bootstrap_mean, spearman_trend, weighted_quantiles
+from skillgate_lib.audit.stats import ALPHA, bootstrap_mean, spearman_trend, weighted_quantiles
 
 #: (measure column, direction in which it worsens with horizon)
 TRENDS = (("share_median", "down"), ("gshare_median", "down"), ("sign_wrong", "up"), ("sign_negative", "up"), ("sign_zero", "up"),
@@ -52,6 +52,8 @@ class AuditResult:
     """median Gradient Share of the shortest bin / of the longest (nan without the gradient weights)."""
     n_grad: int = 0
     """rows that log the gradient weights (``grad_weight_sel`` / ``grad_weight_all``); 0: Gradient Share is nan."""
+    alpha: float = ALPHA
+    """the trend test's level: a trend's ``verdict`` is "no trend" unless its p-value <= alpha."""
 
     def summary_table(self) -> pd.DataFrame:
         cols = ["bin", "h_min", "h_max", "n", "share_median", "share_q25", "share_q75", "gshare_median", "gshare_q25",
@@ -84,20 +86,21 @@ def run_audit(path: str | Path, fmt: str = "auto", tasks: str | Path | readers.T
               tokenizer: Any = None, read_patterns: Sequence[str] = readers.DEFAULT_READ_PATTERNS,
               reward_columns: Sequence[str] | None = None, success_threshold: float = 1.0,
               std_ddof: int = 1, std_eps: float = 1e-4, threads: int = 2, memory_limit: str = "512MB",
-              selector_coef: float = 0.2) -> AuditResult:
+              selector_coef: float = 0.2, alpha: float = ALPHA) -> AuditResult:
     """Audit one log. ``split=None`` audits every split; ``selector_coef`` is the lambda of the predicted
-    selector-signal ratio; the others mirror the CLI flags."""
+    selector-signal ratio; ``alpha`` the trend test's level (:func:`~skillgate_lib.audit.stats.trend_verdict`);
+    the others mirror the CLI flags."""
     task_table = readers.TaskTable.load(tasks) if isinstance(tasks, (str, Path)) else tasks
     opts = readers.ReaderOptions(tokenizer=tokenizer, read_patterns=tuple(read_patterns), tasks=task_table,
                                  reward_columns=tuple(reward_columns) if reward_columns else None,
                                  success_threshold=success_threshold, std_ddof=std_ddof, std_eps=std_eps,
                                  skip_bad=skip_bad)
     with open_log(path, fmt, opts, split, n_bins, threads, memory_limit) as eng:
-        return _measures(eng, str(path), n_boot, np.random.default_rng(seed), selector_coef)
+        return _measures(eng, str(path), n_boot, np.random.default_rng(seed), selector_coef, alpha)
 
 
 def _measures(eng: Engine, source: str, n_boot: int, rng: np.random.Generator,
-              selector_coef: float = 0.2) -> AuditResult:
+              selector_coef: float = 0.2, alpha: float = ALPHA) -> AuditResult:
     agg = eng.per_bin()
     with np.errstate(invalid="ignore", divide="ignore"):
         agg["sign_negative"] = agg["neg"] / agg["reads"]
@@ -128,7 +131,8 @@ def _measures(eng: Engine, source: str, n_boot: int, rng: np.random.Generator,
     for col in ("ratio_share", "ratio_gshare"):  # "averaged over H": the mean of the bins' predictions
         overall[col] = float(bins[col].mean()) if bins[col].notna().any() else math.nan
     trends = pd.DataFrame([{"measure": m, "worse": w, **spearman_trend(bins["h_mean"].to_numpy(float),
-                                                                       bins[m].to_numpy(float), w, rng)}
+                                                                       bins[m].to_numpy(float), w, rng,
+                                                                       alpha=alpha)}
                            if (eng.categorised or m not in BY_CATEGORY) and (eng.n_grad or not m.startswith("gshare")) else
                            {"measure": m, "worse": w, "n_bins": 0, "rho": math.nan, "p_value": math.nan,
                             "monotone": False,
@@ -141,6 +145,6 @@ def _measures(eng: Engine, source: str, n_boot: int, rng: np.random.Generator,
     curves = pd.DataFrame() if model is None else theory_curves(model, bins["h_min"].min(), bins["h_max"].max())
     return AuditResult(source=source, fmt=eng.fmt, horizon_kind=eng.horizon_kind, bins=bins, overall=overall,
                        trends=trends, dilution=float(first / last) if last > 0 else math.inf, problems=eng.problems,
-                       grad_dilution=grad_dilution, n_grad=eng.n_grad,
+                       grad_dilution=grad_dilution, n_grad=eng.n_grad, alpha=alpha,
                        categorised=eng.categorised,
                        n_rows=eng.n_rows, model=model, model_note=note, curves=curves)

@@ -62,14 +62,32 @@ def t_interval(x: np.ndarray, level: float = 0.95) -> tuple[float, float, float]
     return mean, mean - half, mean + half
 
 
+#: The significance level of the trend test: a measure "worsens" or "improves" only where p <= ALPHA.
+ALPHA = 0.05
+
+
+def trend_verdict(rho: float, p_value: float, worse: str, monotone: bool = False, alpha: float = ALPHA) -> str:
+    """The trend label, the one rule every printout of a trend uses: ``"no trend"`` unless the permutation
+    ``p_value <= alpha`` (and rho is nonzero); else ``"worsens"`` or ``"improves"``, by the sign of ``rho``
+    against ``worse`` (``"up"`` or ``"down"``, the direction in which the measure gets worse), with
+    ``" monotonically"`` where ``monotone`` (every step between consecutive bins moves strictly in rho's
+    direction). A nan p-value (too few points) is ``"no trend"`` too."""
+    if worse not in ("up", "down"):
+        raise ValueError(f"worse must be 'up' or 'down', got {worse!r}")
+    if not (p_value <= alpha) or not rho or math.isnan(rho):
+        return "no trend"
+    word = "worsens" if (rho > 0) == (worse == "up") else "improves"
+    return f"{word} monotonically" if monotone else word
+
+
 def spearman_trend(x: np.ndarray, y: np.ndarray, worse: str, rng: np.random.Generator,
-                   n_perm: int = 20000) -> dict[str, Any]:
-    """Spearman rho of ``y`` on ``x``, a two-sided permutation p-value and whether ``y`` worsens.
+                   n_perm: int = 20000, alpha: float = ALPHA) -> dict[str, Any]:
+    """Spearman rho of ``y`` on ``x``, a two-sided permutation p-value and its label (:func:`trend_verdict`).
 
     ``worse`` is ``"up"`` or ``"down"``: the direction in which the measure gets worse.
     The p-value is exact (all permutations) for up to 8 points, else Monte Carlo with
     ``n_perm`` permutations. ``monotone`` means every step between consecutive bins moves
-    strictly in the worsening direction.
+    strictly in the direction of rho (a worsening or an improving run of steps).
     """
     ok = ~(np.isnan(x) | np.isnan(y))
     x, y = x[ok], y[ok]
@@ -80,7 +98,7 @@ def spearman_trend(x: np.ndarray, y: np.ndarray, worse: str, rng: np.random.Gene
     rx = pd.Series(x).rank().to_numpy()
     ry = pd.Series(y).rank().to_numpy()
     if np.std(ry) == 0:
-        return {**out, "rho": 0.0, "p_value": 1.0, "verdict": "flat"}
+        return {**out, "rho": 0.0, "p_value": 1.0, "verdict": trend_verdict(0.0, 1.0, worse, alpha=alpha)}
 
     def rho(a: np.ndarray) -> np.ndarray:
         a = a - a.mean(axis=-1, keepdims=True)
@@ -93,9 +111,6 @@ def spearman_trend(x: np.ndarray, y: np.ndarray, worse: str, rng: np.random.Gene
     null = rho(ry[perms])
     p = float(np.mean(np.abs(null) >= abs(r) - 1e-12))
     steps = np.diff(y[np.argsort(x)])
-    sign = 1 if worse == "up" else -1
-    monotone = bool(np.all(sign * steps > 0))
-    worsens = sign * r > 0
-    verdict = ("worsens monotonically" if worsens and monotone else
-               "worsens (not monotonically)" if worsens else "does not worsen")
-    return {"n_bins": n, "rho": r, "p_value": p, "monotone": monotone, "verdict": verdict}
+    monotone = bool(r != 0 and np.all(np.sign(r) * steps > 0))
+    return {"n_bins": n, "rho": r, "p_value": p, "monotone": monotone,
+            "verdict": trend_verdict(r, p, worse, monotone, alpha)}

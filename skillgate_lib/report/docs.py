@@ -221,25 +221,47 @@ def verdict(figures_dir: Path, data_dir: Path) -> str:
     return textwrap.fill(keep, width=112, break_on_hyphens=False, break_long_words=False).replace("\0", " ") + "\n"
 
 
-def edge_supplement(data_dir: Path, study: str = HEADLINE_STUDY + "-edge", method: str = "selection_bc") -> str:
-    """The supplement to table 1 that searched below an arm's edge choice: its search, the arm's test-set row at the
-    choice, and how many of its seed runs repeat table 1's run of the same seed to the last digit of the test record."""
+def _same_setting_runs(study_dir: Path, other_dir: Path, method: str) -> tuple[int, int]:
+    """Of ``method``'s test records in ``study_dir``, how many equal (to the last digit) the record of the run in
+    ``other_dir`` with the same seed and the same settings (learning rate, lambda), and how many there are."""
+    from skillgate_lib.report import study as study_report
+
+    def keyed(d: Path) -> dict:
+        t = study_report.test_results(d)
+        t = t[t["method"] == method]
+        cols = [c for c in t.columns if c.startswith("test/")]
+        out = {}
+        for _, r in t.iterrows():
+            cfg = json.loads((d / r["run"] / "config.json").read_text())
+            out[(int(cfg["seed"]), float(cfg["lr"]), float(cfg.get("selector_coef", 0)))] = r[cols].tolist()
+        return out
+
+    ours, theirs = keyed(study_dir), keyed(other_dir)
+    return sum(1 for k, v in ours.items() if k in theirs and theirs[k] == v), len(ours)
+
+
+def supplement(data_dir: Path, study: str, knob_label: str = "learning rate") -> str:
+    """A supplement to table 1 that searched beyond an arm's edge choice: its search, each arm's test-set row at the
+    choice, and how many of its seed runs repeat table 1's run of the same seed and settings to the last digit of
+    the test record."""
     from skillgate_lib.report import study as study_report
 
     root = data_dir / "runs" / "study"
     tests = study_report.test_results(root / study)
-    row = study_report.summary_table(tests)
-    row = row[row["method"] == method]
-    ours = tests[tests["method"] == method].set_index("seed")
-    theirs = study_report.test_results(root / HEADLINE_STUDY).query("method == @method").set_index("seed")
-    cols = [c for c in ours.columns if c.startswith("test/")]
-    same = [s for s in ours.index if s in theirs.index and ours.loc[s, "run"] == theirs.loc[s, "run"]
-            and ours.loc[s, cols].equals(theirs.reindex(columns=cols).loc[s])]
-    scores = json.loads((root / study / "selection.json").read_text())[method]["val_success"]
-    by_point = ", ".join(f"{float(k):.3g}: {100 * v:.1f} %" for k, v in sorted(scores.items(), key=lambda kv: -float(kv[0])))
-    return (study_report.search_markdown(root / study) + f"\nValidation success by learning rate: {by_point}.\n\n"
-            + study_report.table_markdown(row)
-            + f"\nThe same run in table 1's study (same point and seed): {len(same)} of {len(ours)} test records equal.\n")
+    selection = json.loads((root / study / "selection.json").read_text())
+    rows = study_report.summary_table(tests)
+    rows = rows[rows["method"].isin(selection)]
+    lines = [study_report.search_markdown(root / study)]
+    for method, entry in selection.items():
+        by_point = ", ".join(f"{float(k):.3g}: {100 * v:.1f} %"
+                             for k, v in sorted(entry["val_success"].items(), key=lambda kv: -float(kv[0])))
+        lines.append(f"Validation success of `{method}` by {knob_label}: {by_point}.\n")
+    lines.append(study_report.table_markdown(rows))
+    for method in selection:
+        same, n = _same_setting_runs(root / study, root / HEADLINE_STUDY, method)
+        lines.append(f"`{method}`: {same} of {n} test records equal those of table 1's run with the same seed and "
+                     "settings.\n")
+    return "\n".join(lines)
 
 
 def _rate_tables(data_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame, object]:
@@ -268,7 +290,8 @@ def generated_blocks(figures_dir: Path = paths.FIGURES_DIR, data_dir: Path = pat
         "study_table": lambda: (figures_dir / "results_table.md").read_text(),
         "study_table_paper": lambda: (figures_dir / "results_table_paper.md").read_text(),
         "study_search": lambda: study_report.search_markdown(data_dir / "runs" / "study" / HEADLINE_STUDY),
-        "study_edge": lambda: edge_supplement(data_dir),
+        "study_edge": lambda: supplement(data_dir, HEADLINE_STUDY + "-edge"),
+        "study_lambda": lambda: supplement(data_dir, HEADLINE_STUDY + "-lambda", "lambda"),
         "study_curves": lambda: study_report.curves_markdown(data_dir / "runs" / "study" / HEADLINE_STUDY),
         "quick_table": lambda: (figures_dir / "results_table_quick.md").read_text(),
         "dose_response": lambda: dose_response_table(figures_dir),

@@ -40,7 +40,7 @@ PREDICTORS = {"pred_share": "loss-weight Share", "pred_gshare": "Gradient Share"
               "pred_summed": "summed-gradient share"}
 
 
-def run_name(method: str, lr: float, seed: int) -> str:
+def speed_run_name(method: str, lr: float, seed: int) -> str:
     return f"{method}-lr{lr:g}-seed{seed}"
 
 
@@ -113,7 +113,7 @@ def run_table(study_dir: str | Path) -> pd.DataFrame:
     for cfg_path in sorted(study_dir.glob("*/config.json")):
         cfg = json.loads(cfg_path.read_text())
         run = cfg_path.parent
-        if run.name != run_name(cfg["method"], cfg["lr"], cfg["seed"]):
+        if run.name != speed_run_name(cfg["method"], cfg["lr"], cfg["seed"]):
             continue
         row = {"study": study_dir.name, "regime": plan["regime"], "model": plan["model"], "optimizer": plan["optimizer"],
                "method": cfg["method"], "lr": float(cfg["lr"]), "seed": int(cfg["seed"]),
@@ -254,8 +254,9 @@ def rate_figure(table: pd.DataFrame):
     lim = (min(0.7, float(vals.min()) / 1.5), max(2.0, float(vals.max()) * 1.5)) if len(vals) else (0.5, 2.0)
     for ax, (col, label) in zip(axes, PREDICTORS.items()):
         ax.plot(lim, lim, color="grey", lw=1, ls="--")
+        nudge = {"adamw": 1.0, "nsgd": 0.9, "sgd": 1.1}  # one regime's optimizers share a prediction: side by side
         for r in shown[shown[col].notna()].itertuples():
-            ax.errorbar([getattr(r, col)], [r.ratio], yerr=[[max(r.ratio - r.ratio_lo, 0)], [max(r.ratio_hi - r.ratio, 0)]],
+            ax.errorbar([getattr(r, col) * nudge.get(r.optimizer, 1.0)], [r.ratio], yerr=[[max(r.ratio - r.ratio_lo, 0)], [max(r.ratio_hi - r.ratio, 0)]],
                         fmt=markers.get(r.optimizer, "o"), color=colours[r.regime], capsize=3, ms=6)
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -469,3 +470,40 @@ def verdict_sentence(table: pd.DataFrame, fit: pd.DataFrame) -> str:
         out += (f"; elsewhere ({', '.join(f'`{r}`' for r in stalled['regime'])}) it is "
                 + " or ".join(words) + " (paired choice-speed difference)")
     return out + "."
+
+
+def display_table(table: pd.DataFrame) -> pd.DataFrame:
+    """The rate table as a reader meets it in a notebook: one row per study, each cell a number with its unit
+    and interval as text (choice speed (validation) in logit per step; ``never`` for a half-gap step not reached;
+    the ratio without the post-hoc rule beside it)."""
+    def ci(m, lo, hi, f="{:+.3f}"):
+        return "–" if not np.isfinite(m) else f"{f.format(m)} [{f.format(lo)}, {f.format(hi)}]"
+
+    def step(v):
+        return "never" if not np.isfinite(v) else f"{v:.0f}"
+
+    rows = []
+    for r in table.itertuples():
+        rows.append({"study": r.study, "seeds": r.seeds, "lr outcome / SkillGate": f"{r.lr_outcome:g} / {r.lr_skillgate:g}",
+                     "speed, outcome": ci(r.slope_outcome, r.slope_outcome_lo, r.slope_outcome_hi),
+                     "speed, SkillGate": ci(r.slope_skillgate, r.slope_skillgate_lo, r.slope_skillgate_hi),
+                     "ratio [BCa]": ci(r.ratio, r.ratio_lo, r.ratio_hi, "{:.2f}"),
+                     "ratio, no rule": _ratio(r, "ratio_all"),
+                     "half-gap step O / S": f"{step(r.half_gap_outcome)} / {step(r.half_gap_skillgate)}",
+                     **{f"theory: {v}": (f"{getattr(r, c):.2f}" if np.isfinite(getattr(r, c)) else "–")
+                        for c, v in PREDICTORS.items()}})
+    return pd.DataFrame(rows).set_index("study")
+
+
+def display_fit(fit: pd.DataFrame) -> pd.DataFrame:
+    """:func:`predictor_fit` as factors a reader need not convert: how many times each predictor over- or
+    understates the observed ratio, on average and at worst, beside its log-log slope and rank correlation."""
+    out = fit.set_index("predictor")
+    return pd.DataFrame({
+        "studies": out["studies"],
+        "log-log slope": out.get("loglog_slope").round(2),
+        "Spearman": out.get("spearman").round(2),
+        "on average": [("–" if not np.isfinite(m) else f"{'over' if m < 0 else 'under'}states {math.exp(abs(m)):.2f}x")
+                       for m in out["mean_residual"]],
+        "at worst": [("–" if not np.isfinite(m) else f"off {math.exp(m):.2f}x") for m in out["max_abs_residual"]],
+    })

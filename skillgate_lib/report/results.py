@@ -32,7 +32,7 @@ SFT = "sft"
 
 
 @dataclass(frozen=True)
-class Run:
+class RunDirectory:
     """One run directory and what its ``config.json`` says."""
 
     path: Path
@@ -58,12 +58,12 @@ def _run_dirs(root: str | Path) -> list[Path]:
     return runs
 
 
-def runs(root: str | Path, selected_only: bool = True) -> list[Run]:
+def runs(root: str | Path, selected_only: bool = True) -> list[RunDirectory]:
     """The runs under ``root`` sorted by name; ``selected_only``: only those at each method's selected lr.
 
     Without ``lr_selection.json`` (no learning-rate search) every run is selected.
     """
-    found = [Run(p, logs.read_config(p)) for p in _run_dirs(root)]
+    found = [RunDirectory(p, logs.read_config(p)) for p in _run_dirs(root)]
     sel = Path(root) / "lr_selection.json"
     if not selected_only or not sel.exists():
         return found
@@ -71,12 +71,12 @@ def runs(root: str | Path, selected_only: bool = True) -> list[Run]:
     return [r for r in found if r.method in chosen and float(r.config["lr"]) == float(chosen[r.method]["lr"])]
 
 
-def selected_runs(root: str | Path) -> list[Path]:
+def runs_at_selected_lr(root: str | Path) -> list[Path]:
     """The run directories under ``root`` at each method's selected learning rate, sorted by name."""
     return [r.path for r in runs(root)]
 
 
-def _evals(run: Run) -> pd.DataFrame:
+def _evals(run: RunDirectory) -> pd.DataFrame:
     """The run's evaluation rows of ``metrics.jsonl``, one per step (a step logged twice is an error)."""
     ev = logs.read_metrics(run.path).query("split == 'eval'")
     twice = sorted(set(ev.loc[ev["step"].duplicated(), "step"].astype(int)))
@@ -86,7 +86,7 @@ def _evals(run: Run) -> pd.DataFrame:
     return ev.set_index("step", drop=False).sort_index()
 
 
-def reported_evals(run: Run, steps) -> list[tuple[str, int]]:
+def reported_evals(run: RunDirectory, steps) -> list[tuple[str, int]]:
     """``(row label, step)`` of the evaluations ``run`` reports, given its evaluated ``steps``.
 
     The first step as ``sft`` unless the run's method is skill-free, then the last step as

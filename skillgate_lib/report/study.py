@@ -67,14 +67,34 @@ def test_results(study_dir: str | Path) -> pd.DataFrame:
         method = methods.of_config(config)
         if method not in selection or not at_choice(selection[method], config):
             continue
-        rows.append({"method": method, "seed": int(config["seed"]), "run": run.name,
+        rows.append({"method": method, "seed": int(config["seed"]), "run": run.name, "run_dir": str(run),
                      "value": selection[method]["value"], **_read_json(run / "test.json")})
     warm = study_dir / "warmstart" / "test.json"
     if warm.exists():
-        rows.append({"method": "sft", "seed": -1, "run": "warmstart", "value": math.nan, **_read_json(warm)})
+        rows.append({"method": "sft", "seed": -1, "run": "warmstart", "run_dir": str(warm.parent), "value": math.nan,
+                     **_read_json(warm)})
     if not rows:
         raise FileNotFoundError(f"{study_dir}: no run with a test.json at its method's chosen value")
     return pd.DataFrame(rows)
+
+
+#: Studies that searched some arms of a study again after its results, by the study they supplement, in the order
+#: they ran: each supplement's arms replace that study's rows of the same arms (:func:`with_supplements`).
+SUPPLEMENTS = {"paper_note8": ("paper_note8-edge", "paper_note8-lambda")}
+
+
+def with_supplements(tests: pd.DataFrame, study_dir: str | Path) -> pd.DataFrame:
+    """``tests`` (:func:`test_results` of ``study_dir``) with every arm a supplement of that study (:data:`SUPPLEMENTS`,
+    beside it in the same folder) searched again taken from the supplement, at the supplement's choice."""
+    study_dir = Path(study_dir)
+    for name in SUPPLEMENTS.get(study_dir.name, ()):
+        sup = study_dir.parent / name
+        if not (sup / "selection.json").exists():
+            continue
+        arms = set(_read_json(sup / "selection.json"))
+        tests = pd.concat([tests[~tests["method"].isin(arms)],
+                           test_results(sup).query("method in @arms")], ignore_index=True)
+    return tests
 
 
 def choice_speed(run_dir: str | Path, upto: int = SPEED_STEPS) -> float:
@@ -91,16 +111,15 @@ def choice_speed(run_dir: str | Path, upto: int = SPEED_STEPS) -> float:
     return float(speed_measures(run_dir, upto)["slope_onpolicy"])
 
 
-def shared_rollouts(study_dir: str | Path, method: str, other: str,
+def shared_rollouts(tests: pd.DataFrame, method: str, other: str,
                     columns: tuple[str, ...] = ("train/oracle_read", "train/success", "train/reads")) -> pd.DataFrame:
-    """Per seed that both methods ran at their choice, the first training step whose logged on-policy statistics
-    differ between them (the runs share their rollouts before it: same seed, same prompts, same samples until the
-    updates differ); ``None`` where they never differ."""
-    study_dir = Path(study_dir)
-    tests = test_results(study_dir).set_index(["method", "seed"])
+    """Per seed that both methods of ``tests`` (:func:`test_results`) ran, the first training step whose logged
+    on-policy statistics differ between them (the runs share their rollouts before it: same seed, same prompts, same
+    samples until the updates differ); ``None`` where they never differ."""
+    tests = tests.set_index(["method", "seed"])
     rows = []
     for seed in sorted(set(tests.loc[method].index) & set(tests.loc[other].index)):
-        a, b = (logs.read_metrics(study_dir / tests.loc[(m, seed), "run"]).query("split == 'train'").set_index("step")
+        a, b = (logs.read_metrics(tests.loc[(m, seed), "run_dir"]).query("split == 'train'").set_index("step")
                 for m in (method, other))
         steps = a.index.intersection(b.index)
         differ = [s for s in steps if not a.loc[s, list(columns)].equals(b.loc[s, list(columns)])]
@@ -112,7 +131,8 @@ def with_choice_speed(tests: pd.DataFrame, study_dir: str | Path, upto: int = SP
     """``tests`` (:func:`test_results`) with a ``speed`` column: :func:`choice_speed` of each run (NaN for the
     warm start)."""
     study_dir = Path(study_dir)
-    speed = [math.nan if r == "warmstart" else choice_speed(study_dir / r, upto) for r in tests["run"]]
+    speed = [math.nan if r == "warmstart" else choice_speed(d if isinstance(d, str) else study_dir / r, upto)
+             for r, d in zip(tests["run"], tests.get("run_dir", pd.Series([None] * len(tests))))]
     return tests.assign(speed=speed)
 
 
@@ -122,9 +142,34 @@ def _wilson(p: float, n: int, z: float = 1.96) -> tuple[float, float]:
     return centre - half, centre + half
 
 
+def rate_interval(p: np.ndarray, level: float = 0.95, n_boot: int = 4000, seed: int = 0) -> tuple[float, float, float]:
+    """Mean of the proportions ``p`` (one per seed) and its BCa bootstrap interval over seeds, which stays inside
+    the values' range and so inside [0, 1] (a Student-t interval reaches past 100 % when one seed lags the rest);
+    a zero-width interval when every value is equal, nan bounds for fewer than three values."""
+    from scipy import stats
+
+    p = np.asarray(p, dtype=float)
+    p = p[~np.isnan(p)]
+    if len(p) == 0:
+        return math.nan, math.nan, math.nan
+    mean = float(p.mean())
+    if len(p) < 3:
+        return mean, math.nan, math.nan
+    if np.ptp(p) == 0:
+        return mean, mean, mean
+    res = stats.bootstrap((p,), np.mean, confidence_level=level, n_resamples=n_boot, method="BCa",
+                          random_state=np.random.default_rng(seed))
+    lo, hi = (float(v) for v in res.confidence_interval)
+    return mean, max(lo, float(p.min())), min(hi, float(p.max()))
+
+
 def summary_table(tests: pd.DataFrame) -> pd.DataFrame:
     """Per method: seeds, and for each measure the mean with its 95 % interval (rates in percent); with the
-    choice speed (logit per step) where ``tests`` has a ``speed`` column (:func:`with_choice_speed`)."""
+    choice speed (logit per step) where ``tests`` has a ``speed`` column (:func:`with_choice_speed`).
+
+    A rate's interval stays in [0, 100] %: over seeds, the BCa bootstrap interval (:func:`rate_interval`); for the
+    warm start, one model, the Wilson interval over test instances. Reads per trial (a count) and the choice speed
+    get the Student-t interval."""
     rows = []
     for method in methods.in_order(tests["method"].unique()):
         sub = tests[tests["method"] == method]
@@ -135,8 +180,10 @@ def summary_table(tests: pd.DataFrame) -> pd.DataFrame:
             if method == "sft":
                 mean = float(values[0])
                 lo, hi = _wilson(mean, int(sub["tasks"].iloc[0])) if m != "reads" else (math.nan, math.nan)
-            else:
+            elif m == "reads":
                 mean, lo, hi = t_interval(values)
+            else:
+                mean, lo, hi = rate_interval(values)
             row |= {m: mean * scale, f"{m}_lo": lo * scale, f"{m}_hi": hi * scale}
         if "speed" in sub:
             row |= dict(zip(("speed", "speed_lo", "speed_hi"), t_interval(sub["speed"].to_numpy(float))))
@@ -163,8 +210,8 @@ def paired_differences(tests: pd.DataFrame, method: str = "skillgate",
     return pd.DataFrame(rows)
 
 
-def gain_by_horizon(tests: pd.DataFrame, method: str = "skillgate", baseline: str = "outcome",
-                    measure: str = "success") -> pd.DataFrame:
+def paired_differences_by_horizon(tests: pd.DataFrame, method: str = "skillgate", baseline: str = "outcome",
+                                  measure: str = "success") -> pd.DataFrame:
     """Paired difference ``method - baseline`` on the test set by horizon H (pp, t-interval over seeds)."""
     a = tests[tests["method"] == method].set_index("seed")
     b = tests[tests["method"] == baseline].set_index("seed")
@@ -198,27 +245,38 @@ def validation_curves(study_dir: str | Path) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
+def _label(method: str) -> str:
+    m = methods.METHODS.get(method)
+    return m.label if m is not None else method
+
+
+#: The line under the test-set table that says what its cells are.
+TABLE_LEGEND = ("Mean over seeds [95 % interval]: rates with a BCa interval over seeds (the warm start, one model: "
+                "Wilson over test instances), reads per trial and choice speed with a Student-t interval. "
+                f"*Choice speed (on-policy)*: slope of logit(on-policy oracle-read) over GRPO steps 1-{SPEED_STEPS}, "
+                "logit per step. *Paper*: the reference's numbers (success / oracle-read / misleading-read %).")
+
+
 def table_markdown(table: pd.DataFrame, reference: pd.DataFrame | None = None) -> str:
-    """The test-set table as Markdown: mean [95 % interval] per measure (and the choice speed where ``table`` has
-    it), beside the paper's numbers."""
+    """The test-set table as Markdown: mean [95 % interval] per measure (and the choice speed (on-policy) where
+    ``table`` has it), beside the paper's numbers, with short headers and :data:`TABLE_LEGEND` under it."""
     ref = reference.set_index("method") if reference is not None else None
     speed = "speed" in table
-    lines = ["| method | seeds | success % | oracle read % | misleading read % | reads / trial | "
-             + (f"choice speed, logit / step (steps 1-{SPEED_STEPS}) | " if speed else "")
-             + "paper: success | paper: oracle read | paper: misleading read |",
-             "|---|---:|---:|---:|---:|---:|" + ("---:|" if speed else "") + "---:|---:|---:|"]
+    lines = ["| method | seeds | success % | oracle-read % | misleading-read % | reads | "
+             + ("choice speed (on-policy) | " if speed else "") + "paper |",
+             "|---|---:|---:|---:|---:|---:|" + ("---:|" if speed else "") + "---:|"]
     for _, r in table.iterrows():
         m = methods.METHODS.get(r["method"])
-        label = f"{m.label} (`{m.name}`)" if m is not None else r["method"]
         cells = [f"{r[c]:.1f} [{r[c + '_lo']:.1f}, {r[c + '_hi']:.1f}]" for c in ("success", "oracle_read", "misleading_read")]
         cells.append(f"{r['reads']:.2f}" + (f" [{r['reads_lo']:.2f}, {r['reads_hi']:.2f}]" if not math.isnan(r["reads_lo"]) else ""))
         if speed:
             cells.append(_signed(r, "speed", "{:+.3f}"))
         paper = ref.loc[m.paper_row] if ref is not None and m is not None and m.paper_row in ref.index else None
-        ref_cells = [f"{paper[c]:.1f}" for c in ("success", "oracle_read", "misleading_read")] if paper is not None else ["–"] * 3
+        cells.append(" / ".join(f"{paper[c]:.1f}" for c in ("success", "oracle_read", "misleading_read"))
+                     if paper is not None else "–")
         seeds = "1 model" if r["method"] == "sft" else str(int(r["seeds"]))
-        lines.append(f"| {label} | {seeds} | " + " | ".join(cells + ref_cells) + " |")
-    return "\n".join(lines) + "\n"
+        lines.append(f"| {_label(r['method'])} | {seeds} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n\n" + TABLE_LEGEND + "\n"
 
 
 def _signed(row: pd.Series, col: str, f: str) -> str:
@@ -230,16 +288,16 @@ def _signed(row: pd.Series, col: str, f: str) -> str:
 
 
 def paired_markdown(diffs: pd.DataFrame, method: str = "skillgate") -> str:
-    """The paired differences as Markdown (percentage points, 95 % interval over shared seeds; the choice speed in
-    logit per step where ``diffs`` has it)."""
+    """The paired differences as Markdown (percentage points, Student-t 95 % interval over shared seeds; the choice
+    speed (on-policy) in logit per step where ``diffs`` has it), every method by its label."""
     speed = "speed" in diffs
-    lines = [f"| {method} minus | seeds | success pp | oracle read pp | misleading read pp |"
-             + (" choice speed |" if speed else ""), "|---|---:|---:|---:|---:|" + ("---:|" if speed else "")]
+    lines = [f"| {_label(method)} minus | seeds | success pp | oracle-read pp | misleading-read pp |"
+             + (" choice speed (on-policy) |" if speed else ""), "|---|---:|---:|---:|---:|" + ("---:|" if speed else "")]
     for _, r in diffs.iterrows():
         cells = [_signed(r, c, "{:+.1f}") for c in ("success", "oracle_read", "misleading_read")]
         if speed:
             cells.append(_signed(r, "speed", "{:+.3f}"))
-        lines.append(f"| {r['baseline']} | {int(r['seeds'])} | " + " | ".join(cells) + " |")
+        lines.append(f"| {_label(r['baseline'])} | {int(r['seeds'])} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -286,9 +344,10 @@ class StudyTables(NamedTuple):
 
 
 def study_tables(study_dir: str | Path, reference: pd.DataFrame | None = None, method: str = "skillgate") -> StudyTables:
-    """The test-set table of a study with the choice speed as a column, ``method`` minus each other arm paired by
-    seed, and their Markdown (beside ``reference``, the paper's numbers, where given)."""
-    tests = with_choice_speed(test_results(study_dir), study_dir)
+    """The test-set table of a study (its supplements' arms in place: :func:`with_supplements`) with the choice speed
+    as a column, ``method`` minus each other arm paired by seed, and their Markdown (beside ``reference``, the
+    paper's numbers, where given)."""
+    tests = with_choice_speed(with_supplements(test_results(study_dir), study_dir), study_dir)
     table = summary_table(tests)
     diffs = paired_differences(tests, method, measures=("success", "oracle_read", "misleading_read", "speed"))
     return StudyTables(tests, table, diffs, table_markdown(table, reference) + "\n" + paired_markdown(diffs, method))

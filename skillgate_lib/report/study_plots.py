@@ -53,15 +53,15 @@ def _short_point(point: str) -> str:
     return ", ".join(f"{names.get(k, k)} {float(v):.2g}" for k, v in parts)
 
 
-def validation_curves(curves: pd.DataFrame, measure: str = "success") -> plt.Figure:
+def validation_curves_figure(curves: pd.DataFrame, measure: str = "success") -> plt.Figure:
     """Validation ``measure`` by step per method: the chosen value solid, the others dashed (mean over the
     seeds in ``curves``: pass the search seeds only, so every value averages the same seeds)."""
     from skillgate_lib import methods as methods_lib
 
     methods = methods_lib.in_order(curves["method"].unique())
-    cols = 4
+    cols = 2  # two panels a row: room for a legend a reader can read under each
     rows = int(np.ceil(len(methods) / cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(WIDTH, 3.0 * rows + 0.8), sharex=True, sharey=True,
+    fig, axes = plt.subplots(rows, cols, figsize=(WIDTH, 4.4 * rows + 0.8), sharex=True, sharey=True,
                              layout="constrained", squeeze=False)
     for ax, m in zip(axes.flat, methods):
         sub = curves[curves["method"] == m]
@@ -71,9 +71,10 @@ def validation_curves(curves: pd.DataFrame, measure: str = "success") -> plt.Fig
             ax.plot(mean.index, mean.values, ls="-" if chosen else "--", marker="o", ms=2.5,
                     color=METHOD_COLORS.get(m), alpha=1.0 if chosen else 0.5, lw=2.0 if chosen else 1.0,
                     label=_short_point(point) + (" (chosen)" if chosen else ""))
-        ax.set_title(textwrap.fill(method_label(m), 18), fontsize=9)
-        ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2, frameon=False,
-                  handlelength=1.5, columnspacing=0.8)
+        ax.set_title(textwrap.fill(method_label(m), 40), fontsize=10)
+        # one column, never wider than the panel (a wider legend collapses the panel under constrained layout)
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=1, frameon=False,
+                  handlelength=1.5)
         ax.yaxis.set_major_formatter(PercentFormatter(xmax=1, decimals=None))
     top = curves.groupby(["method", "point", "step"])[measure].mean().max()
     axes.flat[0].set_ylim(0, 1.15 * top + 0.005)  # shared by every panel
@@ -85,7 +86,7 @@ def validation_curves(curves: pd.DataFrame, measure: str = "success") -> plt.Fig
     return fig
 
 
-def dose_response(dose: pd.DataFrame, x: str = "audit_signal", xlabel: str | None = None) -> plt.Figure:
+def dose_response_figure(dose: pd.DataFrame, x: str = "audit_signal", xlabel: str | None = None) -> plt.Figure:
     """SkillGate minus outcome-only (test set, paired seeds, 95 % interval) against a regime's audited starvation.
 
     ``x`` default: outcome-only's audited selector signal (Value x Share, in percent points x

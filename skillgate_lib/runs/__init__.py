@@ -9,5 +9,6 @@
 * :mod:`.compare`     every method x seed with one budget
 * :mod:`.study`       the powered comparison: equal search on validation, seeds, the test set
 * :mod:`.speed`       the rate study: how fast each arm learns the choice
+* :mod:`.protocol`    what the study and the rate study share: the plan fixed up front, grid edges, test records
 * :mod:`.probe`       the outcome-only audit of a warm start in a regime, before training
 """

@@ -32,7 +32,7 @@ def method_config(method: str, seed: int, run_dir: str | Path, **overrides) -> T
     return TrainConfig(method=method, seed=seed, run_dir=str(run_dir), **overrides)
 
 
-def run_name(method: str, seed: int, lr: float | None = None) -> str:
+def compare_run_name(method: str, seed: int, lr: float | None = None) -> str:
     return f"{method}-seed{seed}" if lr is None else f"{method}-lr{lr:g}-seed{seed}"
 
 
@@ -105,17 +105,18 @@ def compare(methods=None, seeds=(0, 1, 2), out_dir: str | Path = paths.BUILD_DIR
     out_dir = Path(out_dir)
     threads = max(1, (os.cpu_count() or 2) // workers)
     if not lrs:
-        configs = [method_config(m, s, out_dir / run_name(m, s), threads=threads, **overrides) for m in methods for s in seeds]
+        configs = [method_config(m, s, out_dir / compare_run_name(m, s), threads=threads, **overrides)
+                   for m in methods for s in seeds]
         train_all(configs, workers, resume, progress, "comparison runs")
         return final_metrics(out_dir)
     overrides.pop("lr", None)
     first, rest = seeds[0], seeds[1:]
-    search = [method_config(m, first, out_dir / run_name(m, first, lr), threads=threads, lr=lr, **overrides)
+    search = [method_config(m, first, out_dir / compare_run_name(m, first, lr), threads=threads, lr=lr, **overrides)
               for m in methods for lr in lrs]
     train_all(search, workers, resume, progress, f"lr search (seed {first})")
     chosen = select_lrs(out_dir, methods, lrs, first)
     (out_dir / "lr_selection.json").write_text(json.dumps(chosen, indent=1) + "\n")
-    configs = [method_config(m, s, out_dir / run_name(m, s, chosen[m]["lr"]), threads=threads, lr=chosen[m]["lr"],
+    configs = [method_config(m, s, out_dir / compare_run_name(m, s, chosen[m]["lr"]), threads=threads, lr=chosen[m]["lr"],
                              **overrides) for m in methods for s in rest]
     train_all(configs, workers, resume, progress, "seeds")
     return final_metrics(out_dir, selected_only=True)
@@ -127,7 +128,7 @@ def select_lrs(out_dir: str | Path, methods, lrs, seed: int) -> dict[str, dict]:
     for m in methods:
         scores = {}
         for lr in lrs:
-            ev = logs.read_metrics(Path(out_dir) / run_name(m, seed, lr)).query("split == 'eval'").sort_values("step")
+            ev = logs.read_metrics(Path(out_dir) / compare_run_name(m, seed, lr)).query("split == 'eval'").sort_values("step")
             scores[lr] = float(ev["eval/success"].iloc[-1])
         best = max(sorted(scores), key=lambda lr: scores[lr])
         chosen[m] = {"lr": best, "success_by_lr": {f"{lr:g}": v for lr, v in scores.items()}}

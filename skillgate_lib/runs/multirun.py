@@ -37,7 +37,7 @@ import torch
 from skillgate_lib.policy.decoder import MultiLlama, Unsupported
 from skillgate_lib.policy.models import load_policy
 from skillgate_lib.policy.rollout import Episode, Segment, decode, generate
-from skillgate_lib.runs.train import Run, TrainConfig, grpo_update, sampling_rounds, sft_step
+from skillgate_lib.runs.train import TrainConfig, TrainingRun, grpo_update, sampling_rounds, sft_step
 
 #: Settings the runs trained together must share: the model and what shapes their batches.
 SHARED = ("model", "device", "bf16", "threads", "max_new_tokens", "temperature")
@@ -75,7 +75,7 @@ def generate_together(models: list, tokenizer, segments: list[Segment], max_new_
                 for m, s in zip(models, segments)]
 
 
-def sample_together(runs: list[Run], step: int) -> list[tuple]:
+def sample_together(runs: list[TrainingRun], step: int) -> list[tuple]:
     """Each run's :func:`~skillgate_lib.runs.train.sample_batch` triple of step ``step``, the draws rolled out together."""
     tokenizer, cfg = runs[0].tokenizer, runs[0].cfg
     rounds = [sampling_rounds(r.env, r.cfg, step, tokenizer.pad_token_id) for r in runs]
@@ -111,7 +111,7 @@ def train_together(cfgs: list[TrainConfig], resume: bool | list[bool] = False, p
     if len(resumes) != len(cfgs):
         raise ValueError(f"train_together: {len(resumes)} resume flags for {len(cfgs)} runs")
     base, tokenizer = load_policy(cfgs[0].model)
-    runs = [Run(c, r, (copy.deepcopy(base), tokenizer)) for c, r in zip(cfgs, resumes)]
+    runs = [TrainingRun(c, r, (copy.deepcopy(base), tokenizer)) for c, r in zip(cfgs, resumes)]
     for r in runs:
         if r.start == 0:
             r.log_eval(0, r.evaluate())

@@ -51,8 +51,9 @@ import numpy as np
 
 from skillgate_lib import paths
 from skillgate_lib.env import regimes
-from skillgate_lib.report.rates import SLOPE_STEPS, run_name, speed_measures
+from skillgate_lib.report.rates import SLOPE_STEPS, speed_measures, speed_run_name
 from skillgate_lib.runs import preregister
+from skillgate_lib.runs.protocol import TIMINGS, check_plan, edge_extension, end_command, write_test_records
 from skillgate_lib.runs.train import TrainConfig
 
 #: The warm start each regime of the study trains from (the RL warm start its probe audited).
@@ -94,7 +95,7 @@ class SpeedPlan:
     def config(self, method: str, lr: float, seed: int, out_dir: Path, threads: int, device: str = "cpu") -> TrainConfig:
         return TrainConfig(method=method, seed=seed, steps=self.steps, regime=self.regime, model=self.model, lr=lr,
                            optimizer=self.optimizer, threads=threads, device=device,
-                           run_dir=str(out_dir / run_name(method, lr, seed)), **self.settings)
+                           run_dir=str(out_dir / speed_run_name(method, lr, seed)), **self.settings)
 
 
 def plan_for(regime: str, optimizer: str = "adamw", seeds: int = 8) -> SpeedPlan:
@@ -110,14 +111,13 @@ def plan_for(regime: str, optimizer: str = "adamw", seeds: int = 8) -> SpeedPlan
 # --------------------------------------------------------------------------- running
 
 def _score(plan: SpeedPlan, out_dir: Path, method: str, lr: float) -> float:
-    return float(np.mean([speed_measures(out_dir / run_name(method, lr, s))["slope_val"] for s in plan.search_seeds]))
+    return float(np.mean([speed_measures(out_dir / speed_run_name(method, lr, s))["slope_val"] for s in plan.search_seeds]))
 
 
 def run_speed(plan: SpeedPlan, out_dir: str | Path, workers: int = 2, progress: bool = True, device: str = "cpu",
               together: int = 8) -> dict:
     """Run (or resume) ``plan`` under ``out_dir`` (module docstring); returns the selection."""
     from skillgate_lib.runs.compare import train_all
-    from skillgate_lib.runs.study import check_plan, edge_extension, write_test_records
 
     out_dir = Path(out_dir)
     check_plan(plan, out_dir)
@@ -151,14 +151,14 @@ def run_speed(plan: SpeedPlan, out_dir: str | Path, workers: int = 2, progress: 
     more = [plan.config(m, chosen[m]["value"], s, out_dir, threads, device) for m in plan.methods for s in further]
     train_all(more, workers, False, progress, f"{plan.name}: seeds", together)
     seeds = [*plan.search_seeds, *further]
-    jobs = [(str(out_dir / run_name(m, chosen[m]["value"], s)), plan.regime, plan.test_tasks, None, threads, device)
+    jobs = [(str(out_dir / speed_run_name(m, chosen[m]["value"], s)), plan.regime, plan.test_tasks, None, threads, device)
             for m in plan.methods for s in seeds]
     jobs.append((str(out_dir / "warmstart"), plan.regime, plan.test_tasks, plan.model, threads, device))
     write_test_records(jobs, workers, progress)
     return chosen
 
 
-def estimate_minutes(plan: SpeedPlan, workers: int, step_s: float, eval_s: float) -> float:
+def estimate_speed_minutes(plan: SpeedPlan, workers: int, step_s: float, eval_s: float) -> float:
     """Wall time without extensions: ``step_s`` a GRPO step and ``eval_s`` an evaluation of 256 instances, one
     thread each, ``workers`` at once."""
     s = plan.settings
@@ -166,11 +166,6 @@ def estimate_minutes(plan: SpeedPlan, workers: int, step_s: float, eval_s: float
     runs = len(plan.methods) * (len(plan.grid) * len(plan.search_seeds) + plan.seeds - len(plan.search_seeds))
     tests = (len(plan.methods) * plan.seeds + 1) * eval_s * plan.test_tasks / 256
     return (runs * (plan.steps * step_s + evals + 5) + tests) / workers / 60
-
-
-#: Seconds a step and an evaluation of 256 instances take on this kind of machine (one thread, two jobs at once).
-TIMINGS = {"easy": (1.0, 6.0), "paper": (1.0, 6.0), "paper_note4": (1.1, 7.0), "paper_note8": (1.3, 8.0),
-           "paper_echo_f30": (2.6, 20.0)}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -198,10 +193,8 @@ def speed_main(argv: list[str] | None = None) -> int:
     print(f"rate study {plan.name!r}: {' vs '.join(plan.methods)} from {plan.model}, {plan.optimizer} step sizes "
           f"{list(plan.grid)} on seeds {list(plan.search_seeds)}, then {plan.seeds} seeds at the choice; "
           f"{plan.steps} steps -> {out}")
-    print(f"estimated wall time: {estimate_minutes(plan, args.workers, step_s, eval_s):.0f} min with {args.workers} "
+    print(f"estimated wall time: {estimate_speed_minutes(plan, args.workers, step_s, eval_s):.0f} min with {args.workers} "
           "workers, before any grid extension (finished runs are skipped on resume)", flush=True)
-    from skillgate_lib.runs.study import end_command
-
     command = f"python -m skillgate_lib speed --regime {args.regime} --optimizer {args.optimizer} --export {args.export or out}"
     try:
         preregister.preregistration(plan.to_json(), out, args.export, args.dry_run, args.uncommitted_plan, command)

@@ -37,11 +37,9 @@ logits); ``--together 1`` trains each run alone, as before.
 from __future__ import annotations
 
 import argparse
-import concurrent.futures as cf
 import dataclasses
 import itertools
 import json
-import multiprocessing as mp
 import os
 import time
 from dataclasses import dataclass, field
@@ -49,9 +47,9 @@ from pathlib import Path
 
 from skillgate_lib import logs, paths
 from skillgate_lib import methods as methods_lib
-from skillgate_lib.notebooks import progress_bar
 from skillgate_lib.runs import preregister
 from skillgate_lib.runs.compare import train_all
+from skillgate_lib.runs.protocol import TIMINGS, check_plan, edge_extension, end_command, write_test_records
 from skillgate_lib.runs.train import TrainConfig
 
 
@@ -107,17 +105,18 @@ class Plan:
     def config(self, arm: Arm, point: float | dict, seed: int, out_dir: Path, threads: int,
                device: str = "auto") -> TrainConfig:
         """The :class:`TrainConfig` of one run at ``point`` (a value of the arm's knob, or a point of its grid):
-        ``out_dir/<run_name>`` (``device``: where it runs, not part of the plan)."""
+        ``out_dir/<study_run_name>`` (``device``: where it runs, not part of the plan)."""
         settings = {**self.settings, **as_point(arm, point)}
         return TrainConfig(method=arm.method, seed=seed, steps=self.steps, regime=self.regime, model=self.model,
-                           threads=threads, device=device, run_dir=str(out_dir / run_name(arm, point, seed)), **settings)
+                           threads=threads, device=device, run_dir=str(out_dir / study_run_name(arm, point, seed)),
+                           **settings)
 
 
 def as_point(arm: Arm, point: float | dict) -> dict[str, float]:
     return dict(point) if isinstance(point, dict) else {arm.knob: point}
 
 
-def run_name(arm: Arm, point: float | dict, seed: int) -> str:
+def study_run_name(arm: Arm, point: float | dict, seed: int) -> str:
     """``<method>-<knob><value>[-<knob2><value2>...]-seed<seed>``, the searched knob first."""
     point = as_point(arm, point)
     knobs = [arm.knob, *(k for k in point if k != arm.knob)]
@@ -127,19 +126,6 @@ def run_name(arm: Arm, point: float | dict, seed: int) -> str:
 def point_label(arm: Arm, point: dict) -> str:
     """A point's key in ``selection.json``: its value alone for a one-knob arm, ``knob=value,...`` otherwise."""
     return f"{point[arm.knob]:g}" if not arm.also else ",".join(f"{k}={v:g}" for k, v in point.items())
-
-
-def edge_extension(values: list[float], best: float) -> float | None:
-    """The next value beyond the edge ``best`` sits on (the grid's end ratio, 3 significant digits), or None when
-    ``best`` is interior (or the grid has one value)."""
-    values = sorted(values)
-    if len(values) < 2:
-        return None
-    if best == values[-1]:
-        return float(f"{values[-1] * values[-1] / values[-2]:.3g}")
-    if best == values[0]:
-        return float(f"{values[0] * values[0] / values[1]:.3g}")
-    return None
 
 
 #: Learning rates every baseline searches; SkillGate searches lambda at the shared lr (5e-3).
@@ -234,7 +220,7 @@ def select(plan: Plan, out_dir: Path, grids: dict[str, list[float]] | None = Non
     chosen = {}
     for arm in plan.arms:
         points = arm.points((grids or {}).get(arm.method))
-        scores = [sum(_final_val(out_dir / run_name(arm, p, s)) for s in plan.search_seeds) / len(plan.search_seeds)
+        scores = [sum(_final_val(out_dir / study_run_name(arm, p, s)) for s in plan.search_seeds) / len(plan.search_seeds)
                   for p in points]
         best = points[max(range(len(points)), key=lambda i: (scores[i], -i))]
         entry = {"knob": arm.knob, "value": best[arm.knob]}
@@ -250,103 +236,18 @@ def chosen_point(arm: Arm, entry: dict) -> dict[str, float]:
     return dict(entry.get("point") or {arm.knob: entry["value"]})
 
 
-def selected_runs(plan: Plan, out_dir: Path, chosen: dict) -> list[Path]:
+def runs_at_chosen_point(plan: Plan, out_dir: Path, chosen: dict) -> list[Path]:
     """Every run at each method's chosen point: the search seeds and the further ones."""
     out = []
     for arm in plan.arms:
         point = chosen_point(arm, chosen[arm.method])
-        out += [out_dir / run_name(arm, point, s) for s in _seeds(plan, arm)]
+        out += [out_dir / study_run_name(arm, point, s) for s in _seeds(plan, arm)]
     return out
 
 
 def _seeds(plan: Plan, arm: Arm) -> list[int]:
     first = max(plan.search_seeds) + 1
     return [*plan.search_seeds[: arm.seeds], *range(first, first + max(0, arm.seeds - len(plan.search_seeds)))]
-
-
-def evaluate_on_test(run_dir: str | Path, regime: str, n: int, model: str | None = None, threads: int = 1,
-                     device: str = "auto") -> dict:
-    """A run's final adapter (or ``model`` alone) on ``n`` test instances of ``regime``: the ``test.json`` record."""
-    import torch
-
-    from skillgate_lib.env import regimes
-    from skillgate_lib.policy import devices
-    from skillgate_lib.policy.models import load_policy
-    from skillgate_lib.runs.evaluate import evaluate, load_adapter, summarize
-
-    torch.set_num_threads(threads)
-    if model is None:
-        policy, tokenizer, config = load_adapter(run_dir)
-        temperature = float(config.get("temperature", 1.0))
-    else:
-        (policy, tokenizer), temperature = load_policy(model), 1.0
-    r = regimes.get(regime)
-    t0 = time.perf_counter()
-    policy = policy.to(devices.resolve(device))
-    summary = summarize(evaluate(policy, tokenizer, r.env(), n, r.max_new_tokens, temperature=temperature, split="test"),
-                        prefix="test")
-    return {"split": "test", "tasks": n, "regime": regime, "seconds": time.perf_counter() - t0, **summary}
-
-
-def _test_eval(run_dir: str, regime: str, n: int, model: str | None, threads: int, device: str = "auto") -> None:
-    """:func:`evaluate_on_test`, written atomically to ``run_dir/test.json``."""
-    record = evaluate_on_test(run_dir, regime, n, model, threads, device)
-    Path(run_dir).mkdir(parents=True, exist_ok=True)
-    logs.atomic_write_bytes(Path(run_dir) / "test.json", (json.dumps(record, indent=1) + "\n").encode())
-
-
-def write_test_records(jobs: list[tuple], workers: int, progress: bool) -> None:
-    todo = [j for j in jobs if not (Path(j[0]) / "test.json").exists()]
-    if not todo:
-        return
-    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
-        futures = [pool.submit(_test_eval, *j) for j in todo]
-        for fut in progress_bar(cf.as_completed(futures), total=len(futures), desc="test set", disable=not progress):
-            fut.result()
-
-
-def check_plan(plan, out_dir: Path) -> None:
-    """Write ``plan.json`` (``plan.to_json()``) on the first call; afterwards refuse any other plan (the protocol is
-    fixed up front)."""
-    path = out_dir / "plan.json"
-    if path.exists():
-        old = json.loads(path.read_text())
-        if old != plan.to_json():
-            diff = sorted(k for k in {*old, *plan.to_json()} if old.get(k) != plan.to_json().get(k))
-            raise ValueError(f"{path}: the study was started with another plan (fields {', '.join(diff)} differ); "
-                             "a plan is fixed before its runs: choose another --out-dir")
-        return
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(plan.to_json(), indent=1) + "\n")
-
-
-#: What a run of a study keeps in the repository (no checkpoints, adapters or trajectory tables).
-KEPT = ("config.json", "metrics.jsonl", "test.json")
-
-
-def export(study_dir: str | Path, dest: str | Path) -> int:
-    """Copy a study's ``plan.json``, ``selection.json`` and each run's :data:`KEPT` files to ``dest``; returns the
-    files copied. Files already in ``dest`` are replaced only by a run's newer copy (the same path)."""
-    import shutil
-
-    study_dir, dest = Path(study_dir), Path(dest)
-    n = 0
-    for src in sorted(study_dir.glob("*.json")) + sorted(p for d in study_dir.iterdir() if d.is_dir()
-                                                        for p in d.iterdir() if p.name in KEPT):
-        target = dest / src.relative_to(study_dir)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, target)
-        n += 1
-    return n
-
-
-def end_command(chosen: dict, out: Path, export_to: Path | None, t0: float) -> int:
-    """The end of a study command: print the selection, export the study when asked, print the wall time."""
-    print(json.dumps(chosen, indent=1))
-    if export_to:
-        print(f"exported {export(out, export_to)} files to {export_to}")
-    print(f"wall time {(time.perf_counter() - t0) / 60:.1f} min")
-    return 0
 
 
 def n_runs(plan: Plan) -> int:
@@ -359,17 +260,15 @@ def _runs_of(plan: Plan, arm: Arm) -> int:
     return len(arm.points()) * len(plan.search_seeds) + max(0, arm.seeds - len(plan.search_seeds))
 
 
-def estimate_minutes(plan: Plan, workers: int, step_s: dict[str, float] | None = None) -> float:
+def estimate_study_minutes(plan: Plan, workers: int, step_s: dict[str, float] | None = None) -> float:
     """Wall time of the whole plan from seconds per GRPO step by method (one thread each, ``workers`` at once).
 
     ``step_s`` default: measured on this kind of machine in ``paper`` (``time/step_s`` of the
     committed study's runs, 4 x 8 rollouts, two runs at once on 2 cores; 0.8 s for the methods
     not named), scaled to the plan's regime by the rate study's timings of a step and an
-    evaluation there (:data:`skillgate_lib.runs.speed.TIMINGS`); evaluations at about 4 s per
+    evaluation there (:data:`skillgate_lib.runs.protocol.TIMINGS`); evaluations at about 4 s per
     256 trials in ``paper``, plus a few seconds to start each run.
     """
-    from skillgate_lib.runs.speed import TIMINGS
-
     step_s = step_s or {"selection_bc": 0.3, "skill_free": 1.1, "masked_exec": 0.5, "utility": 0.6}
     step_scale, eval_scale = (t / p for t, p in zip(TIMINGS.get(plan.regime, TIMINGS["paper"]), TIMINGS["paper"]))
     eval_s = 4 * eval_scale
@@ -401,7 +300,8 @@ def run_study(plan: Plan, out_dir: str | Path, workers: int = 2, progress: bool 
     more = [plan.config(a, chosen_point(a, chosen[a.method]), s, out_dir, threads, device)
             for a in plan.arms for s in _seeds(plan, a) if s not in plan.search_seeds]
     train_all(more, workers, False, progress, f"{plan.name}: seeds", together)
-    jobs = [(str(p), plan.regime, plan.test_tasks, None, threads, device) for p in selected_runs(plan, out_dir, chosen)]
+    jobs = [(str(p), plan.regime, plan.test_tasks, None, threads, device)
+            for p in runs_at_chosen_point(plan, out_dir, chosen)]
     jobs.append((str(out_dir / "warmstart"), plan.regime, plan.test_tasks, plan.model, threads, device))
     write_test_records(jobs, workers, progress)
     return chosen
@@ -481,7 +381,7 @@ def study_main(argv: list[str] | None = None) -> int:
         print(f"  {a.method:<19} {a.knob} in {list(a.values)}{also}, {a.seeds} seeds at the choice")
     if plan.extend:
         print(f"  a choice at an edge of a grid extends it by one value, up to {plan.extend} times")
-    print(f"estimated wall time: {estimate_minutes(plan, args.workers):.0f} min with {args.workers} workers "
+    print(f"estimated wall time: {estimate_study_minutes(plan, args.workers):.0f} min with {args.workers} workers "
           "(finished runs are skipped on resume)", flush=True)
     command = f"python -m skillgate_lib study --plan {args.plan} --export {args.export or out}"
     try:

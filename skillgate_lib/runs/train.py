@@ -494,7 +494,7 @@ def train(cfg: TrainConfig, progress: bool = True, resume: bool = False) -> pd.D
     ``config.json``. Without it, a ``run_dir`` that already holds a run is an error:
     nothing already written is overwritten by accident.
     """
-    run = Run(cfg, resume)
+    run = TrainingRun(cfg, resume)
     if run.start == 0:
         run.log_eval(0, run.evaluate())
     bar = tqdm(range(run.start, cfg.steps), desc=f"{cfg.credit} seed {cfg.seed}", disable=not progress,
@@ -515,7 +515,7 @@ def train(cfg: TrainConfig, progress: bool = True, resume: bool = False) -> pd.D
     return run.finish()
 
 
-class Run:
+class TrainingRun:
     """One training run's state and writes around its steps: what :func:`train` does besides the step itself.
 
     Opening a run checks its directory (an existing run without ``resume``, other settings
