@@ -18,8 +18,10 @@ cell with an execution count, or a cell stopped the run with an error), then che
 saves a full-page screenshot ``OUT/<notebook>.png`` (the viewport grown to the notebook's
 height), saves the notebook with Ctrl+S (what the lab's autosave would write), closes it and
 shuts its kernel down. At the end it shuts the lab down and checks ``git status --porcelain``:
-no tracked file under ``notebooks/``, ``figures/`` or ``data/`` may have changed during the run
-(changes present before the run are left out and listed). Unless ``--keep-outputs``, each
+no tracked file under ``notebooks/``, ``figures/`` or ``data/`` may have changed during the run,
+compared as git stores it (through the repository's clean filters, so with the nbstripout filter
+a saved notebook's outputs are no change); changes present before the run, and notebooks changed
+by someone else meanwhile, are listed apart and not counted. Unless ``--keep-outputs``, each
 notebook the lab saved is then put back to its bytes from before the run, so the working tree
 is left as found.
 
@@ -378,18 +380,25 @@ class Lab:
 
 # --------------------------------------------------------------------------- one notebook
 
-def _dismiss_dialogs(page, result: Result, context: str) -> None:
-    dialogs = page.locator(".jp-Dialog")
-    while dialogs.count():
+def _dismiss_dialogs(page, result: Result, context: str) -> int:
+    """Cancels every open dialog, each reported as a failure; returns how many there were."""
+    dialogs, seen = page.locator(".jp-Dialog"), 0
+    while dialogs.count() and seen < 5:
+        seen += 1
         title = dialogs.first.locator(".jp-Dialog-header").inner_text().strip()
-        body = dialogs.first.locator(".jp-Dialog-body").inner_text().strip()
-        result.failures.append(f"dialog {context}: {title!r}: {body[:200]!r}")
+        body = " ".join(dialogs.first.locator(".jp-Dialog-body").inner_text().split())
+        if title == "File Changed":  # the lab's save found a newer file on disk: someone else's edit
+            result.failures.append(f"not saved {context}: the notebook changed on disk during the run (a concurrent "
+                                   "edit?); the lab's 'File Changed' dialog was cancelled and the file on disk kept")
+        else:
+            result.failures.append(f"dialog {context}: {title!r}: {body[:200]!r}")
         cancel = dialogs.first.locator(".jp-Dialog-button", has_text="Cancel")
         if cancel.count():
             cancel.first.click()
         else:
             page.keyboard.press("Escape")
         page.wait_for_timeout(500)
+    return seen
 
 
 def check_notebook(browser, lab: Lab, path: Path, args, result: Result) -> None:
@@ -418,7 +427,7 @@ def check_notebook(browser, lab: Lab, path: Path, args, result: Result) -> None:
             page.keyboard.press("Escape")
             page.evaluate("() => window.jupyterapp.commands.execute('runmenu:run-all')")
 
-        settled, deadline = 0, started + args.timeout
+        settled, finished, deadline = 0, started, started + args.timeout
         while True:
             page.wait_for_timeout(1000)
             state = page.evaluate(JS_STATE, rel)
@@ -431,7 +440,9 @@ def check_notebook(browser, lab: Lab, path: Path, args, result: Result) -> None:
                 break
             done = state["kernel"] == "idle" and not running and (not todo or errored)
             settled = settled + 1 if done else 0
-            if settled >= 3:
+            if settled == 1:
+                finished = time.monotonic()
+            if settled >= 3:  # the same for 3 s: not a gap between two queued cells
                 break
             if time.monotonic() > deadline:
                 where = ", ".join(_cell(c) for c in running[:3]) or "none running"
@@ -441,7 +452,7 @@ def check_notebook(browser, lab: Lab, path: Path, args, result: Result) -> None:
                 state = page.evaluate(JS_STATE, rel)
                 cells = [c for c in state["cells"] if c["type"] == "code"]
                 break
-        result.seconds = time.monotonic() - started
+        result.seconds = (finished if settled >= 3 else time.monotonic()) - started
         _dismiss_dialogs(page, result, "during the run")
 
         result.executed = sum(c["count"] is not None for c in cells)
@@ -512,13 +523,16 @@ def check_notebook(browser, lab: Lab, path: Path, args, result: Result) -> None:
         page.locator(MAIN_TAB).first.click()
         page.keyboard.press("Control+s")
         try:
-            page.wait_for_function(f"(p) => {{ const s = ({JS_STATE})(p); return s.ready && !s.dirty; }}",
-                                   arg=rel, timeout=30_000, polling=250)
-            result.saved_hash = _sha(path)
+            page.wait_for_function(f"""(p) => {{ const s = ({JS_STATE})(p);
+                                       return (s.ready && !s.dirty) || !!document.querySelector('.jp-Dialog'); }}""",
+                                   arg=rel, timeout=60_000, polling=250)
         except Exception:  # noqa: BLE001 - reported below
-            _dismiss_dialogs(page, result, "on save")
-            result.failures.append("Ctrl+S did not save the notebook (changed on disk during the run?)")
-        _dismiss_dialogs(page, result, "after save")
+            pass
+        if not _dismiss_dialogs(page, result, "on save"):
+            if page.evaluate(JS_STATE, rel).get("dirty"):
+                result.failures.append("Ctrl+S did not save the notebook within 60 s")
+            else:
+                result.saved_hash = _sha(path)
     finally:
         context.close()
         try:
@@ -554,7 +568,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("notebooks", nargs="*", help="notebooks to check (default: notebooks/0*.ipynb)")
     ap.add_argument("--only", nargs="+", metavar="PREFIX", help="only notebooks whose name starts so: --only 02 04")
     ap.add_argument("--timeout", type=float, default=300, help="seconds per notebook for Run All (default 300)")
-    ap.add_argument("--out", default="build/lab_check", help="screenshots and report.json (default build/lab_check)")
+    ap.add_argument("--out", default="build/lab_check", help="screenshots, report.json and lab.log, under the repository root (default build/lab_check)")
     ap.add_argument("--label", default="now", help="suffix of the reader crops figure1_<label>.png, table1_<label>.png")
     ap.add_argument("--screenshot-cell", type=int, metavar="N", help="also screenshot cell N (0-based) of each notebook")
     ap.add_argument("--keep-outputs", action="store_true",
@@ -570,8 +584,9 @@ def main(argv: list[str] | None = None) -> int:
     from playwright.sync_api import sync_playwright
 
     root = Path(args.root).resolve()
+    given = [str(Path(n).resolve()) for n in args.notebooks]  # as named from where the command ran
     os.chdir(root)
-    notebooks = select_notebooks(root, args.notebooks, args.only)
+    notebooks = select_notebooks(root, given, args.only)
     if not notebooks:
         print("no notebook selected", file=sys.stderr)
         return 2
@@ -587,6 +602,7 @@ def main(argv: list[str] | None = None) -> int:
     results: list[Result] = []
     general: list[str] = []
     print(f"lab_check: {len(notebooks)} notebook(s), timeout {args.timeout:.0f} s each, out {out}", flush=True)
+    (out / "lab.log").unlink(missing_ok=True)  # this run's server log only
     lab = Lab(root, out / "lab.log")
     try:
         with sync_playwright() as pw:

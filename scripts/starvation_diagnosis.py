@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from skillgate_lib.audit import t_interval
+from skillgate_lib.report.study import rate_interval
 
 CONDITIONS: dict[str, tuple[str, dict]] = {
     "outcome": ("outcome", {}),
@@ -103,8 +104,8 @@ def final_table(out: Path) -> pd.DataFrame:
 
 
 def summary(df: pd.DataFrame) -> pd.DataFrame:
-    """Per condition over seeds of ``final_table``: mean and 95 % Student-t interval (differences paired by seed),
-    on the test set when every run has one."""
+    """Per condition over seeds of ``final_table``: each rate's mean and 95 % BCa interval over seeds (inside
+    [0, 100] %), differences paired by seed with a Student-t interval, on the test set when every run has one."""
     pre = "test/" if "test/success" in df.columns and df["test/success"].notna().all() else "eval/"
     base = df[df["condition"] == "outcome"].set_index("seed")
     rows = []
@@ -114,7 +115,7 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
             if pre + m not in sub.columns:  # a table written before the measure existed
                 continue
             x = sub[pre + m].to_numpy(float)
-            _, lo, hi = t_interval(x)
+            _, lo, hi = rate_interval(x)  # a rate: its interval stays in [0, 100] %
             r[pre + m] = f"{100 * x.mean():.1f} [{100 * lo:.1f}, {100 * hi:.1f}]" if m != "reads" else f"{x.mean():.2f}"
         r["runs reading < 0.05 a trial"] = int((sub[pre + "reads"] < 0.05).sum())
         for m in ("oracle_read", "success"):

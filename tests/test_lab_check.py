@@ -24,6 +24,7 @@ SCRIPT = ROOT / "scripts" / "lab_check.py"
 def _load():
     spec = importlib.util.spec_from_file_location("lab_check", SCRIPT)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up
     spec.loader.exec_module(module)
     return module
 
@@ -71,7 +72,7 @@ def test_missing_browser_skips_with_install_hint(capsys):
     assert lab_check.main(["--chromium", "/nonexistent/chromium"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("SKIPPED:") and "apt-get install -y chromium" in out and "pip install playwright" in out
-    assert "playwright install" not in out.replace("pip install playwright", "")
+    assert "no `playwright install`" in out  # its browser download is not what the check uses
 
 
 @pytest.mark.slow

@@ -92,9 +92,9 @@ def test_the_headline_says_reproduced_only_when_success_and_the_choice_both_rise
     assert "the two end level within 6.4 pp in oracle-read and 1.6 pp in success (8 paired seeds" in level
     won = docs.headline_sentence(*_headline_files(tmp_path / "b", (3.0, 1.0, 5.0), (9.0, 2.0, 16.0), (0.0, -0.01, 0.01)))
     assert won.startswith("**The paper's headline table is reproduced at kit scale.**")
-    assert "not shown faster than outcome-only" in won and "ends above it in oracle-read" in won and "above in success" in won
+    assert "not shown faster than outcome-only" in won and "in oracle-read it ends above it" in won and "in success it ends above it" in won
     mixed = docs.headline_sentence(*_headline_files(tmp_path / "c", (-3.0, -5.0, -1.0), (9.0, 2.0, 16.0), (0.03, 0.02, 0.04)))
-    assert "not reproduced" in mixed and "below in success (-3.0 [-5.0, -1.0] pp" in mixed
+    assert "not reproduced" in mixed and "in success it ends below it (-3.0 [-5.0, -1.0] pp" in mixed
 
 
 def test_the_edge_supplement_counts_the_runs_that_repeat_table_1(tmp_path):

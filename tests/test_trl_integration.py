@@ -131,17 +131,22 @@ def test_a_turn_is_cut_after_its_first_read_call_whatever_the_tokenizer():
     assert first_call_end(word("step ok </read>", add_special_tokens=False)["input_ids"], word) is None
 
 
-def _train(out, credit="skillgate", script_steps=(0,), reward=_reward, credit_config=None, **extra):
+def _train(out, credit="skillgate", script_steps=(0,), reward=_reward, credit_config=None, slate=True, evaluate=False,
+           **extra):
     torch.manual_seed(0)
     tok = _tokenizer()
     model = LlamaForCausalLM(LlamaConfig(vocab_size=len(WORDS), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
                                          pad_token_id=0, bos_token_id=1, eos_token_id=2))
-    rows = [{"prompt": p, "skill_names": list(SLATE), "skill_categories": list(SLATE.values())} for p in PROMPTS]
+    columns = {"skill_names": list(SLATE), "skill_categories": list(SLATE.values())} if slate else {}
+    rows = [{"prompt": p, **columns} for p in PROMPTS]
+    if evaluate:  # an eval split of the same rows, scripted like step 0
+        extra = {"per_device_eval_batch_size": len(SCRIPT), "num_generations_eval": 4, **extra}
     args = GRPOConfig(output_dir=str(out), report_to="none", max_steps=2, num_generations=4,
                       per_device_train_batch_size=len(SCRIPT), max_completion_length=10, logging_steps=1,
                       use_cpu=True, bf16=False, learning_rate=5e-2, save_strategy="no", seed=0, **extra)
     trainer = _Recording(model=model, args=args, processing_class=tok, reward_funcs=reward, train_dataset=Dataset.from_list(rows),
+                         eval_dataset=Dataset.from_list(rows) if evaluate else None,
                          peft_config=peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"),
                          credit=credit, credit_config=credit_config, script_steps=script_steps)
     before = {k: v.detach().clone() for k, v in trainer.model.named_parameters()}
@@ -552,13 +557,22 @@ def test_the_trl_example_runs(tmp_path, monkeypatch, capsys):
 
     from skillgate_lib.integrations import trl as sg_trl
 
+    import trl.trainer.grpo_trainer as grpo
+
     monkeypatch.setattr(sg_trl.EnvReward, "__call__", lambda self, prompts, completions, **_: [0.0] * len(completions))
+    printed = []  # TRL's printout of each step's completions: how many it was asked to print, of how many
+    show = grpo.print_prompt_completions_sample
+    monkeypatch.setattr(grpo, "print_prompt_completions_sample", lambda prompts, completions, rewards, advantages, step,
+                        num_samples=None, **k: (printed.append((num_samples, len(prompts))),
+                                                show(prompts, completions, rewards, advantages, step, num_samples, **k)))
     out = tmp_path / "run"
     report = "tensorboard" if importlib.util.find_spec("tensorboard") else "none"
     status = _run_example(["--output-dir", str(out), "--n-tasks", "4", "--max-steps", "2", "--per-device-train-batch-size",
                            "8", "--max-completion-length", "128", "--report-to", report])
     captured = capsys.readouterr()
     assert status == 1 and "NO OPTIMIZER STEP WAS TAKEN: all 2 steps were skipped" in captured.err
+    # Two of each step's eight completions, by default (TRL prints at each log: the two steps and the run's summary).
+    assert len(printed) >= 2 and set(printed) == {(2, 8)}
     assert "audit it with" not in captured.out
     config = json.loads((out / "config.json").read_text())
     assert config["method"] == "skillgate" and config["credit"] == "skillgate" and config["versions"]["trl"]
@@ -566,6 +580,7 @@ def test_the_trl_example_runs(tmp_path, monkeypatch, capsys):
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [(r["step"], r["split"]) for r in rows] == [(1, "train"), (2, "train"), (2, "summary")]
     assert all("credit/groups_filtered" in r and "rewards/env_reward/mean" in r for r in rows[:2])
+    assert all(r["reads/parsed"] >= 0 and r["reads/failed"] == 0 and r["rows/no_slate"] == 0 for r in rows[:2])
     assert [r["credit/update_skipped"] for r in rows[:2]] == [1.0, 1.0]
     assert sorted(p.name for p in (out / "completions").iterdir()) == ["completions_00001.parquet", "completions_00002.parquet"]
     assert len((out / "tasks.jsonl").read_text().splitlines()) >= 1 and (out / "tokenizer" / "tokenizer.json").is_file()
@@ -587,7 +602,7 @@ def test_the_trl_smoke_defaults_take_an_optimizer_step(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("hook", ["_generate_single_turn", "_generate_and_score_completions", "_calculate_rewards",
-                                  "compute_loss"])
+                                  "_tool_call_loop", "compute_loss"])
 def test_trl_private_hook_is_unchanged(hook):
     """One test per private GRPOTrainer method SkillGateGRPOTrainer overrides: a TRL release that changes one fails here."""
     from trl import GRPOTrainer
@@ -617,3 +632,94 @@ def test_a_changed_trl_hook_is_refused_by_name(monkeypatch):
     monkeypatch.delattr(GRPOTrainer, "_generate_single_turn")
     with pytest.raises(RuntimeError, match="_generate_single_turn no longer exists"):
         check_trl_hooks(GRPOTrainer)
+
+
+# ------------------------------------------------------------------ any TRL dataset, any reward, any typo
+
+
+def test_a_dataset_without_slate_columns_trains_and_evaluates_with_outcome_credit(tmp_path):
+    """Rows without skill_names / skill_categories have an empty slate: every read is off-slate, so no read carries a
+    selector signal and the row trains on the outcome channel; the rows are counted, and their credit logged as outcome."""
+    trainer, tok, *_ = _train(tmp_path, slate=False, evaluate=True, log_completions=True, num_completions_to_print=0)
+    batch = trainer.generated[0]
+    reads = [[ReadSpan("invalid", r.name_start, r.name_end, r.call_start, r.call_end, served=False) for r in row]
+             for row in SCRIPT_READS]
+    rewards = torch.tensor(_reward(_texts(batch, tok)), dtype=torch.float64)
+    credit = assign("skillgate", CreditInputs(rewards, GROUP, batch["completion_mask"].bool(), reads))
+    N = int(batch["num_items_in_batch"])
+    torch.testing.assert_close(batch["advantages"], (credit.advantages * credit.weights * N).float(), rtol=1e-6, atol=1e-7)
+    assert all(a == 0 for row in credit.read_adv for a in row)  # no selector signal
+    train_logs = [h for h in trainer.state.log_history if "rows/no_slate" in h]
+    assert [h["rows/no_slate"] for h in train_logs] == [12.0, 12.0]
+    logged = pd.read_parquet(tmp_path / "completions" / "completions_00001.parquet")
+    assert set(logged["credit"]) == {"outcome"} and set(c for cats in logged["read_categories"] for c in cats) <= {"invalid"}
+    metrics = trainer.evaluate()
+    assert metrics["eval_rows/no_slate"] == 12.0 and "eval_reward" in metrics
+
+
+def test_completions_no_reward_function_scores_are_left_out_as_trl_does(tmp_path, caplog):
+    """Every reward function returns None: TRL warns and goes on. Rows without a reward get no advantage and no part in
+    their group's baseline; a batch of only such rows takes no optimizer step."""
+
+    def partial(completions, **_):  # group 0's last rollout and all of group 2 are unscorable
+        scores = _reward(completions)
+        return [None if i == 3 or i >= 8 else r for i, r in enumerate(scores)]
+
+    with caplog.at_level("WARNING"):
+        trainer, tok, *_ = _train(tmp_path / "partial", reward=partial, script_steps=(0,))
+    assert "All reward functions returned None" in caplog.text
+    batch = trainer.generated[0]
+    inputs = _kit_inputs(batch, tok, scripted=True)
+    rows = [0, 1, 2, 4, 5, 6, 7]
+    kept = CreditInputs(inputs.rewards[rows], inputs.group[rows], inputs.response_mask[rows], [inputs.reads[i] for i in rows])
+    credit = assign("skillgate", kept)  # groups 1 (rewards all 0) is filtered; group 0 has three rows
+    N = int(batch["num_items_in_batch"])
+    expected = torch.zeros_like(batch["advantages"], dtype=torch.float64)
+    expected[rows] = credit.advantages * credit.weights * N
+    torch.testing.assert_close(batch["advantages"], expected.float(), rtol=1e-6, atol=1e-7)
+    assert trainer.state.log_history[0]["rows/unscorable"] == 5.0
+
+    trainer, *_ = _train(tmp_path / "none", reward=lambda completions, **_: [None] * len(completions), script_steps=(0, 1))
+    assert trainer.state.global_step == 2
+    assert [h["credit/update_skipped"] for h in trainer.state.log_history if "credit/update_skipped" in h] == [1.0, 1.0]
+    assert [h["rows/unscorable"] for h in trainer.state.log_history if "rows/unscorable" in h] == [12.0, 12.0]
+
+
+def test_a_typo_in_the_credit_lists_only_the_methods_the_trainer_trains(tmp_path):
+    from skillgate_lib import methods
+
+    tok = _tokenizer()
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(WORDS), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=1, pad_token_id=0, eos_token_id=2))
+    data = Dataset.from_list([{"prompt": "task: sort"}] * 4)
+    args = GRPOConfig(output_dir=str(tmp_path), report_to="none", num_generations=4, per_device_train_batch_size=4,
+                      use_cpu=True, bf16=False)
+    for credit, why in (("skilgate", "unknown credit 'skilgate'"), ("sft", "results-only row"),
+                        ("selection_bc", "supervised selector loss")):
+        with pytest.raises(ValueError, match=why) as err:
+            SkillGateGRPOTrainer(model=model, args=args, processing_class=tok, reward_funcs=_reward, train_dataset=data,
+                                 credit=credit)
+        listed = str(err.value).split("trains one of: ")[1].split(", ")
+        assert "skillgate" in listed and "sft" not in listed and "selection_bc" not in listed, str(err.value)
+        assert all(not (m.supervised_term or m.separate_finetune) and m.trainable for m in map(methods.get, listed))
+    from skillgate_lib.integrations.trl import trl_methods
+
+    assert listed == list(trl_methods())
+
+
+def test_one_audit_command_for_a_trl_run_in_the_docs_and_the_example(env_run, capsys):
+    """docs/integrations.md and the example show the same audit command, and it runs on a TRL run with the CLI's flags."""
+    import runpy
+    from pathlib import Path
+
+    from skillgate_lib.__main__ import main
+
+    command = "python -m skillgate_lib audit RUN --format trl --tasks RUN/tasks.jsonl"
+    root = Path(__file__).resolve().parents[1]
+    example = root / "examples" / "trl" / "train_skillgate.py"
+    assert runpy.run_path(str(example), run_name="example")["audit_command"](Path("RUN")) == command
+    assert command in example.read_text() and command in (root / "docs" / "integrations.md").read_text()
+    *_, out = env_run
+    argv = command.replace("RUN", str(out)).split()[3:] + ["--n-boot", "20", "--no-figures"]
+    assert main(argv) == 0
+    assert "no skill categories" not in capsys.readouterr().out

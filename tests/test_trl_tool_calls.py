@@ -135,6 +135,25 @@ def test_a_library_with_two_names_of_one_key_is_refused_naming_both_files(tmp_pa
     SkillIndex.of_library(load_library())  # the kit's own library has no two names of one key
 
 
+@pytest.mark.parametrize("slate, written", [({"pdf tools": "oracle", "pdf-tools": "misleading"}, ("pdf tools", "pdf-tools")),
+                                            ({"PDF Tools": "oracle", "pdf-tools": "misleading"}, ("PDF Tools", "pdf-tools")),
+                                            ({"pdf_tools": "oracle", "Pdf Tools": "relevant"}, ("pdf_tools", "Pdf Tools"))])
+def test_a_slate_with_two_names_of_one_key_is_refused_naming_both_as_written(slate, written):
+    """Names that normalise to one key are refused before any merging, and the error quotes what the user wrote."""
+    tok = chat_tokenizer()
+    ids = _ids(tok, _call("pdf tools"))
+    first, second = (repr(w) for w in written)
+    with pytest.raises(SkillNameCollision, match=f"slate: skills {first} and {second} both normalise to the key 'pdf-tools'"):
+        read_spans(ids, tok, slate)
+    from skillgate_lib.integrations import slate_categories
+
+    with pytest.raises(SkillNameCollision, match=f"{first} and {second}"):
+        slate_categories(list(slate), list(slate.values()))
+    with pytest.raises(SkillNameCollision, match="'pdf-tools' is listed twice"):
+        slate_categories(["pdf-tools", "pdf-tools"], ["oracle", "oracle"])
+    assert [s.category for s in read_spans(ids, tok, {"PDF Tools": "oracle"})[0]] == ["oracle"]  # one name: fine
+
+
 # ------------------------------------------------------------------ TRL: a chat model trains with JSON tool calls
 
 # Three prompt groups of four. Each rollout's first turn is scripted: a read (or none); the environment answers
@@ -142,8 +161,7 @@ def test_a_library_with_two_names_of_one_key_is_refused_naming_both_files(tmp_pa
 #   group 0: oracle (written "Alpha Sort"), misleading, oracle (written "ALPHA_SORT"), no read: rewards [1, 0, 1, 0]
 #   group 1: every rollout reads the misleading skill: rewards all 0, filtered (dynamic sampling)
 #   group 2: relevant, oracle, off-slate name, irrelevant: rewards [0, 1, 0, 0]
-# (TRL 1.16's tool loop calls a tool with the arguments as an object, so OpenAI's string-encoded arguments, which
-# the read format locates (test above), are not used here: TRL would fail the call.)
+# (OpenAI's string-encoded arguments, and calls TRL fails to execute, are trained in failing_run below.)
 FIRST_TURNS = [_call("Alpha Sort"), _call("alpha sorx"), _call("ALPHA_SORT"), "no",
                _call("alpha-sorx"), _call("Alpha Sorx"), _call("alpha_sorx"), _call("ALPHA SORX"),
                _call("beta merge"), _call("Alpha-Sort"), _call("delta wave"), _call("gamma-plot")]
@@ -223,9 +241,9 @@ def json_run(tmp_path_factory):
     args = GRPOConfig(output_dir=str(out), report_to="none", max_steps=2, num_generations=4,
                       per_device_train_batch_size=len(FIRST_TURNS), max_completion_length=120, logging_steps=1,
                       use_cpu=True, bf16=False, learning_rate=5e-2, save_strategy="no", seed=0)
+    # No read_format: the default finds JSON tool calls as well as the kit's <read> tags.
     trainer = _trainer_class()(model=model, args=args, processing_class=tok, reward_funcs=_answer,
                                train_dataset=Dataset.from_list(rows), environment_factory=SlateReads,
-                               read_format=JsonReadFormat(),
                                peft_config=peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
                                                            task_type="CAUSAL_LM"))
     before = {k: v.detach().clone() for k, v in trainer.model.named_parameters() if "lora_B" in k}
@@ -234,8 +252,11 @@ def json_run(tmp_path_factory):
 
 
 def test_trl_trains_with_json_tool_call_reads_and_credits_their_name_tokens(json_run):
+    """With the trainer's default read format: JSON tool-call reads are found, credited, and counted per step."""
     trainer, tok, before = json_run
     assert trainer.state.global_step == 2 and len(trainer.generated) == 2
+    assert trainer.state.log_history[0]["reads/parsed"] == 11.0  # every scripted first turn but "no"
+    assert trainer.state.log_history[0]["reads/failed"] == 0 and trainer.state.log_history[0]["reads/unlocated"] == 0
     batch = trainer.generated[0]
     n = batch["completion_mask"].sum(dim=1).tolist()
     texts = [tok.decode(ids[:k].tolist(), skip_special_tokens=True) for ids, k in zip(batch["completion_ids"], n)]
@@ -285,3 +306,149 @@ def test_trl_trains_with_json_tool_call_reads_and_credits_their_name_tokens(json
 def test_reads_of_any_spelling_are_served_the_same_body():
     env = SlateReads()
     assert env.read("ALPHA_sort") == env.read("alpha sort") == "use ok" and env.read("alpha") == "no such skill"
+
+
+# ------------------------------------------------------------------ failed calls and string-encoded arguments
+
+
+def _openai_call(skill: str) -> str:
+    """A call with OpenAI's string-encoded arguments: ``"arguments": "{\\"skill\\": ...}"``."""
+    return "<tool_call>" + json.dumps({"name": "read", "arguments": json.dumps({"skill": skill})}) + "</tool_call>"
+
+
+def _raw_call(arguments) -> str:
+    return "<tool_call>" + json.dumps({"name": "read", "arguments": arguments}) + "</tool_call>"
+
+
+# Two groups of four. String-encoded arguments are served like an object; a call TRL cannot execute (an unknown
+# argument, arguments that are no JSON object) is answered with TRL's error: no body, so the episode fails.
+#   group 0: oracle (string-encoded, served: 1), misleading (0), oracle with an unknown argument (failed: 0), none (0)
+#   group 1: oracle (1), undecodable arguments (failed, names no skill: 0), oracle (string-encoded: 1),
+#            misleading with an unknown argument (failed: 0)
+FAILING_TURNS = [_openai_call("Alpha Sort"), _call("alpha sorx"), _raw_call({"skill": "alpha sort", "page": 2}), "no",
+                 _call("alpha-sort"), _raw_call("{not json"), _openai_call("ALPHA_SORT"),
+                 _raw_call({"skill": "alpha sorx", "page": 1})]
+FAILED_ROWS = (2, 7)
+SERVED_ORACLE_ROWS = (0, 4, 6)
+
+
+@pytest.fixture(scope="module")
+def failing_run(tmp_path_factory):
+    pytest.importorskip("trl")
+    peft = pytest.importorskip("peft")
+    from datasets import Dataset
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from trl import GRPOConfig
+
+    global FIRST_TURNS
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    torch.manual_seed(0)
+    tok = chat_tokenizer()
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                                         pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id))
+    rows = [{"prompt": [{"role": "user", "content": p}], "skill_names": list(SLATE),
+             "skill_categories": list(SLATE.values())} for p in PROMPTS[:2]]
+    out = tmp_path_factory.mktemp("trl_failing")
+    args = GRPOConfig(output_dir=str(out), report_to="none", max_steps=1, num_generations=4,
+                      per_device_train_batch_size=len(FAILING_TURNS), max_completion_length=160, logging_steps=1,
+                      log_completions=True, num_completions_to_print=0, use_cpu=True, bf16=False, learning_rate=5e-2,
+                      save_strategy="no", seed=0)
+    saved, FIRST_TURNS = FIRST_TURNS, FAILING_TURNS  # the scripted trainer reads the module's FIRST_TURNS
+    try:
+        trainer = _trainer_class()(model=model, args=args, processing_class=tok, reward_funcs=_answer,
+                                   train_dataset=Dataset.from_list(rows), environment_factory=SlateReads,
+                                   peft_config=peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                                               task_type="CAUSAL_LM"))
+        trainer.generated = []
+        trainer.train()
+    finally:
+        FIRST_TURNS = saved
+    return trainer, tok, out
+
+
+def test_string_encoded_arguments_are_served_and_failed_calls_get_no_selector_credit(failing_run):
+    import pandas as pd
+
+    trainer, tok, out = failing_run
+    batch = trainer.generated[0]
+    n = batch["completion_mask"].sum(dim=1).tolist()
+    texts = [tok.decode(ids[:k].tolist(), skip_special_tokens=True) for ids, k in zip(batch["completion_ids"], n)]
+    # OpenAI's string-encoded arguments reach the read tool: the oracle's body is inserted and the episode succeeds.
+    assert [i for i, t in enumerate(texts) if "use ok" in t] == list(SERVED_ORACLE_ROWS), texts
+    assert all("{'error': " in texts[i] for i in (*FAILED_ROWS, 5)), texts  # TRL's reply to a call that raised
+    # The failed reads are located, but left out of the credit: the advantages are the kit's credit without them.
+    reads, failed = [], []
+    for i, (ids, k) in enumerate(zip(batch["completion_ids"], n)):
+        spans, _ = read_spans(ids[:k].tolist(), tok, SLATE)
+        failed.append(len(spans) if i in FAILED_ROWS else 0)
+        reads.append([] if i in FAILED_ROWS else spans)
+    assert failed == [0, 0, 1, 0, 0, 0, 0, 1]
+    rewards = torch.tensor([1.0 if i in SERVED_ORACLE_ROWS else 0.0 for i in range(len(FAILING_TURNS))], dtype=torch.float64)
+    credit = assign("skillgate", CreditInputs(rewards, torch.arange(len(FAILING_TURNS)) // 4,
+                                              (batch["completion_mask"] * batch["tool_mask"]).bool(), reads))
+    N = int(batch["num_items_in_batch"])
+    torch.testing.assert_close(batch["advantages"], (credit.advantages * credit.weights * N).float(), rtol=1e-6, atol=1e-7)
+    # A failed oracle read's name tokens carry the execution channel's advantage (its row failed: negative), not an
+    # oracle read's positive selector advantage.
+    (lost,) = find_reads(batch["completion_ids"][2, : n[2]].tolist(), tok)
+    assert torch.all(batch["advantages"][2, lost.name_start: lost.name_end] < 0)
+    assert credit.weights[2, lost.name_start] == credit.weights[3, 0]  # the execution channel's weight
+    # Counted and logged: per step and per completion.
+    log = trainer.state.log_history[0]
+    assert log["reads/failed"] == 3.0 and log["reads/parsed"] == 6.0 and log["reads/unlocated"] == 0
+    logged = pd.read_parquet(out / "completions" / "completions_00001.parquet")
+    by_text = {t: list(f) for t, f in zip(logged["completion"], logged["failed_reads"])}
+    assert [by_text[texts[i]] for i in range(len(texts))] == [[], [], ["alpha sort"], [], [], [], [], ["alpha sorx"]]
+    assert all("alpha-sort" not in list(s) for s, f in zip(logged["read_skills"], logged["failed_reads"]) if list(f))
+
+
+def test_the_read_tool_and_transcript_take_string_encoded_arguments():
+    """The kit environment's read tool and the reward's transcript: OpenAI's string-encoded arguments as an object."""
+    from skillgate_lib.env import SkillSlateEnv, display_name
+    from skillgate_lib.integrations.trl import env_dataset, transcript
+
+    env = SkillSlateEnv()
+    dataset, reward = env_dataset(env, n_tasks=1, seed=0, tools=True)
+    row = dataset[0]
+    tool = reward.environment()
+    tool.reset(**row)
+    oracle = display_name(row["oracle"])
+    body = tool.read(json.dumps({"skill": oracle.upper()}))  # the whole arguments, string-encoded
+    assert body.startswith("<body>") and tool.read(oracle) == body
+    messages = [{"role": "assistant", "content": "",
+                 "tool_calls": [{"type": "function", "function": {"name": "read", "arguments": json.dumps({"skill": oracle})}}]},
+                {"role": "tool", "name": "read", "content": body}]
+    assert transcript(messages) == f"<read> {oracle} </read> {body}"
+    broken = [{"role": "assistant", "content": "", "tool_calls": [{"type": "function",
+                                                                 "function": {"name": "read", "arguments": "{oops"}}]}]
+    assert transcript(broken) == json.dumps({"name": "read", "arguments": "{oops"})  # no read: its JSON, no crash
+    assert reward(prompts=[row["prompt"]], completions=[messages], task_id=[row["task_id"]]) in ([0.0], [1.0])
+
+
+def test_the_trainer_refuses_a_read_format_that_locates_no_executed_read(tmp_path):
+    """TRL executes JSON read calls, but ReadFormat (the kit's tags only) locates none: an error naming read_format."""
+    pytest.importorskip("trl")
+    peft = pytest.importorskip("peft")
+    from datasets import Dataset
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from trl import GRPOConfig
+
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    tok = chat_tokenizer()
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512,
+                                         pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id))
+    rows = [{"prompt": [{"role": "user", "content": p}], "skill_names": list(SLATE),
+             "skill_categories": list(SLATE.values())} for p in PROMPTS]
+    args = GRPOConfig(output_dir=str(tmp_path), report_to="none", max_steps=1, num_generations=4,
+                      per_device_train_batch_size=len(FIRST_TURNS), max_completion_length=120, use_cpu=True, bf16=False,
+                      save_strategy="no", seed=0)
+    trainer = _trainer_class()(model=model, args=args, processing_class=tok, reward_funcs=_answer,
+                               train_dataset=Dataset.from_list(rows), environment_factory=SlateReads,
+                               read_format=ReadFormat(),
+                               peft_config=peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj"], task_type="CAUSAL_LM"))
+    trainer.generated = []
+    with pytest.raises(ValueError, match=r"executed 11 read calls in the first generation batch, but read_format=ReadFormat"
+                                         r".*located none.*Pass read_format="):
+        trainer.train()

@@ -422,3 +422,138 @@ def test_the_chat_template_override_parses_back_to_the_template():
 
     override = hydra_parser.OverridesParser.create().parse_override(chat_template_override())
     assert override.key_or_group == "actor_rollout_ref.model.custom_chat_template" and override.value() == CHAT_TEMPLATE
+
+
+# ------------------------------------------------------------------ lambda, paths, `</read>`, slates, arguments
+
+
+def test_lambda_is_set_on_the_command_line_and_reaches_every_worker(monkeypatch):
+    """``skillgate.selector_coef=X`` leaves verl's overrides, goes to every Ray worker's environment, and the worker
+    hook applies it: the estimator's selector weights scale with it."""
+    from skillgate_lib.integrations.verl_runner import HOOK, runner_argv
+
+    monkeypatch.setattr(sg, "_CONFIG", [CreditConfig()])
+    environ: dict[str, str] = {}
+    argv = runner_argv(["algorithm.adv_estimator=skillgate", "skillgate.selector_coef=0.1", "+skillgate.selector_coef=0.5"],
+                       environ)
+    assert argv == ["algorithm.adv_estimator=skillgate",
+                    f"++ray_kwargs.ray_init.runtime_env.env_vars.{sg.SELECTOR_COEF_ENV}=0.5",
+                    f"++ray_kwargs.ray_init.runtime_env.worker_process_setup_hook={HOOK}"]
+    assert environ == {sg.SELECTOR_COEF_ENV: "0.5"}
+    assert runner_argv([], {}) == [f"++ray_kwargs.ray_init.runtime_env.worker_process_setup_hook={HOOK}"]  # default lambda
+    with pytest.raises(ValueError, match="SKILLGATE_SELECTOR_COEF='x': lambda must be a number"):
+        runner_argv(["skillgate.selector_coef=x"], {})
+    # In a worker: the hook reads the variable (here configure_from_env, which setup_worker calls first).
+    data = _batch()
+    kwargs = dict(token_level_rewards=data.batch["token_level_rewards"], response_mask=data.batch["response_mask"],
+                  index=data.non_tensor_batch["uid"], reads=_reads_of(data))
+    base, _ = sg.compute_skillgate_advantage(**kwargs)
+    assert sg.configure_from_env(environ).selector_coef == 0.5
+    scaled, _ = sg.compute_skillgate_advantage(**kwargs)
+    assert scaled[0, 1].item() == pytest.approx(base[0, 1].item() * 0.5 / 0.2, rel=1e-5)  # a name token
+    assert scaled[0, 5].item() == pytest.approx(base[0, 5].item(), rel=1e-6)  # an execution token
+
+
+def test_the_launch_script_passes_lambda_and_absolute_paths(tmp_path):
+    """skillgate_grpo.sh run from another directory, with ``python -m`` caught: data paths are absolute (the repository's
+    data/verl by default, a relative argument resolved), LAMBDA and extra overrides reach the runner."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    shim = tmp_path / "bin" / "python"
+    shim.parent.mkdir()
+    shim.write_text(f'#!/bin/sh\nif [ "$1" = "-m" ]; then printf "%s\\n" "$@"; exit 0; fi\nexec {sys.executable} "$@"\n')
+    shim.chmod(0o755)
+    env = {**os.environ, "PATH": f"{shim.parent}:{os.environ['PATH']}", "LAMBDA": "0.35"}
+    script = root / "examples" / "verl" / "skillgate_grpo.sh"
+    bash = shutil.which("bash")
+    if bash is None:
+        pytest.skip("no bash")
+
+    def args(*extra: str) -> list[str]:
+        out = subprocess.run([bash, str(script), *extra], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.splitlines()
+
+    got = args("Qwen/Qwen2.5-0.5B-Instruct")
+    assert got[:2] == ["-m", "skillgate_lib.integrations.verl_runner"] and "skillgate.selector_coef=0.35" in got
+    assert f"data.train_files={root / 'data' / 'verl' / 'train.parquet'}" in got
+    assert f"data.val_files={root / 'data' / 'verl' / 'val.parquet'}" in got
+    assert f"trainer.rollout_data_dir={root / 'runs' / 'verl_skillgate' / 'rollouts'}" in got
+    assert "actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct" in got
+    got = args("m", "mine/t.parquet", "trainer.total_training_steps=3")
+    assert f"data.train_files={tmp_path / 'mine' / 't.parquet'}" in got and got[-1] == "trainer.total_training_steps=3"
+
+
+def test_make_data_writes_under_the_repository_by_default():
+    import runpy
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "examples" / "verl" / "make_data.py"
+    default = runpy.run_path(str(script), run_name="make_data")["DEFAULT_OUT"]
+    assert default.is_absolute() and default == script.parents[2] / "data" / "verl"
+
+
+def _char_tokenizer(text: str):
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    core = Tokenizer(models.WordLevel({c: i for i, c in enumerate(["<unk>", *sorted(set(text))])}, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    core.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>")
+
+
+def test_the_reward_side_finds_reads_whatever_the_tokenizer_splits_the_close_tag_into():
+    """A tokenizer in which ``</read>`` is seven tokens: the reward manager's annotation locates the read's name tokens."""
+    text = 'step <read> alpha sort </read> <body> x </body> <tool_call>{"name": "read", "arguments": "{\\"skill\\": \\"Beta_Merge\\"}"}</tool_call>'
+    tok = _char_tokenizer(text)
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    assert len(tok("</read>", add_special_tokens=False)["input_ids"]) == 7
+    info = {"skill_names": ["alpha-sort", "beta-merge"], "skill_categories": ["oracle", "relevant"]}
+    payload = sg.annotate(ids, tok, info)[sg.READS_KEY]
+    spans = sg.decode_reads(payload)
+    assert [s.category for s in spans] == ["oracle", "relevant"] and sg.decode_read_names(payload) == ["alpha-sort", "beta-merge"]
+    assert [tok.decode(ids[s.name_start: s.name_end]) for s in spans] == ["alpha sort", "Beta_Merge"]
+    assert tok.decode(ids[spans[0].call_start: spans[0].call_end]) == "<read> alpha sort </read>"
+    with pytest.raises(ValueError, match="'alpha sort' and 'alpha-sort' both normalise"):
+        sg.annotate(ids, tok, {"skill_names": ["alpha sort", "alpha-sort"], "skill_categories": ["oracle", "misleading"]})
+
+
+def test_the_parser_stops_at_a_one_token_close_tag_and_warns_otherwise(caplog):
+    _needs_verl_loop()
+    from skillgate_lib.env import load_tokenizer
+    from skillgate_lib.integrations.verl_tool import close_tag_stop_ids
+
+    kit = load_tokenizer()
+    assert close_tag_stop_ids(kit) == kit("</read>", add_special_tokens=False)["input_ids"]
+    with caplog.at_level("WARNING"):
+        assert close_tag_stop_ids(_char_tokenizer("</read>")) == []
+    assert "'</read>' is 7 tokens of this tokenizer, so generation does not stop after a read" in caplog.text
+
+
+def test_the_read_tool_takes_string_encoded_arguments():
+    _needs_verl_loop()
+    import asyncio
+    import json
+    from types import SimpleNamespace
+
+    from skillgate_lib.env import display_name
+    from skillgate_lib.integrations.verl_data import verl_rows
+    from skillgate_lib.integrations.verl_tool import SkillReadTool
+
+    row = verl_rows("easy", n_tasks=1, seed=0)[0]
+    oracle = row["extra_info"]["skill_names"][row["extra_info"]["skill_categories"].index("oracle")]
+
+    async def reply(parameters):
+        tool = SkillReadTool(config={"type": "native"})
+        iid, _ = await tool.create(create_kwargs=row["extra_info"]["tools_kwargs"]["read"]["create_kwargs"])
+        response, _, _ = await tool.execute(iid, parameters, agent_data=SimpleNamespace(extra_fields={}))
+        return response.text
+
+    as_object = asyncio.run(reply({"skill": display_name(oracle)}))
+    assert as_object.startswith("<body>") and asyncio.run(reply(json.dumps({"skill": oracle}))) == as_object

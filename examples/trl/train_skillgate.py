@@ -1,7 +1,7 @@
 """SkillGate GRPO in TRL on the kit's environment: the skill read is a tool, TRL inserts its body and masks it.
 
-CPU smoke test (the embedded model, the defaults: 4 steps of 16 episodes, under a minute; at least
-one step must find a prompt group whose rewards differ, or no optimizer step is taken)::
+CPU smoke test (the embedded model, the defaults: 4 steps of 16 episodes, about two minutes on 2 CPU
+cores; at least one step must find a prompt group whose rewards differ, or no optimizer step is taken)::
 
     python examples/trl/train_skillgate.py
 
@@ -16,9 +16,11 @@ A run writes, under ``--output-dir``: ``config.json`` (every setting, package ve
 (every completion with the kit's per-read columns), ``tasks.jsonl`` (the slates) and
 ``tokenizer/`` (with the chat template the episodes were rendered with), both for the
 audit, and, with ``--report-to tensorboard``, TensorBoard event files under ``runs/``.
-The script ends by printing the ``python -m skillgate_lib audit`` command for the run, or, when
-every step was skipped (each group's rewards all equal: nothing to learn from), a loud message
-and exit status 1.
+The script ends by printing the audit command for the run,
+``python -m skillgate_lib audit RUN --format trl --tasks RUN/tasks.jsonl``, or, when every step was
+skipped (each group's rewards all equal: nothing to learn from), a loud message and exit status 1.
+TRL prints ``--print-completions`` completions per step (default 2; -1 prints every one); the
+parquet files keep them all.
 """
 
 from __future__ import annotations
@@ -38,14 +40,14 @@ from accelerate import PartialState  # noqa: E402
 from peft import LoraConfig  # noqa: E402
 from trl import GRPOConfig  # noqa: E402
 
-from skillgate_lib import cli, logs, methods  # noqa: E402
+from skillgate_lib import cli, logs  # noqa: E402
 from skillgate_lib.credit import CreditConfig  # noqa: E402
-from skillgate_lib.env import regimes
+from skillgate_lib.env import regimes  # noqa: E402
 from skillgate_lib.integrations.trl import (  # noqa: E402
-    AUDIT_READ_PATTERN,
     MetricsJsonl,
     SkillGateGRPOTrainer,
     env_dataset,
+    trl_method,
     use_kit_chat_format,
     write_task_table,
 )
@@ -60,7 +62,7 @@ class Args:
     model: str = "tiny"
     """tiny (the committed RL warm start), tiny-base, smollm2-135m, or a Hugging Face id / local path"""
     method: str = "skillgate"
-    """a trainable method of skillgate_lib.methods without a supervised term (skillgate, utility, outcome, ...)"""
+    """a method SkillGateGRPOTrainer trains (skillgate_lib.integrations.trl.trl_methods: skillgate, utility, outcome, ...)"""
     regime: str = "easy"
     """environment preset of skillgate_lib.env.regimes.REGIMES (step failure, look-alike agreement, horizons)"""
     output_dir: str = "runs/trl_skillgate"
@@ -91,6 +93,8 @@ class Args:
     """tracker beside metrics.jsonl: none, tensorboard, wandb or trackio (TRL's report_to)"""
     seed: int = 0
     """seeds the tasks, LoRA init and sampling"""
+    print_completions: int = 2
+    """completions TRL prints per step (its num_completions_to_print; -1: every one)"""
 
 
 def parse(argv: list[str] | None = None) -> Args:
@@ -100,10 +104,13 @@ def parse(argv: list[str] | None = None) -> Args:
 
 
 def audit_command(run_dir: Path) -> str:
-    """The audit of this run's completions, with the slates and the tokenizer the run saved."""
-    return shlex.join([sys.executable, "-m", "skillgate_lib", "audit", str(run_dir), "--format", "trl",
-                       "--tasks", str(run_dir / "tasks.jsonl"), "--tokenizer", str(run_dir / "tokenizer"),
-                       "--read-pattern", AUDIT_READ_PATTERN, "--split", "all", "--skip-bad"])
+    """The audit of this run: ``python -m skillgate_lib audit RUN --format trl --tasks RUN/tasks.jsonl``.
+
+    The completions carry each read as the trainer found it (category, token positions), which the audit
+    uses as logged; ``tasks.jsonl`` holds the slates, as for any TRL run.
+    """
+    return shlex.join(["python", "-m", "skillgate_lib", "audit", str(run_dir), "--format", "trl",
+                       "--tasks", str(run_dir / "tasks.jsonl")])
 
 
 def updated_steps(trainer: SkillGateGRPOTrainer) -> tuple[int, int]:
@@ -114,7 +121,7 @@ def updated_steps(trainer: SkillGateGRPOTrainer) -> tuple[int, int]:
 
 def main(argv: list[str] | None = None) -> SkillGateGRPOTrainer:
     args = parse(argv)
-    method, regime = methods.get(args.method), regimes.get(args.regime)
+    method, regime = trl_method(args.method), regimes.get(args.regime)
     seed_everything(args.seed)
     out = Path(args.output_dir)
     state = PartialState()
@@ -135,6 +142,7 @@ def main(argv: list[str] | None = None) -> SkillGateGRPOTrainer:
         per_device_train_batch_size=args.per_device_train_batch_size, max_completion_length=max_completion_length,
         learning_rate=args.learning_rate, beta=args.beta, temperature=args.temperature, loss_type="dapo",
         scale_rewards="group", logging_steps=1, log_completions=True, report_to=args.report_to, bf16=args.bf16,
+        num_completions_to_print=None if args.print_completions < 0 else args.print_completions,
         use_cpu=not torch.cuda.is_available(), save_strategy="no", seed=args.seed,
     )
     trainer = SkillGateGRPOTrainer(

@@ -1,39 +1,65 @@
 #!/usr/bin/env bash
 # SkillGate GRPO under verl 0.9.x (GPU machine, full `pip install verl[vllm]` plus this kit).
 #
+# Usage: [LAMBDA=0.2] [ESTIMATOR=skillgate] [N_GPUS=8] bash examples/verl/skillgate_grpo.sh MODEL [TRAIN [VAL]] [key=value ...]
+#   MODEL        model path (made absolute) or Hugging Face id
+#   TRAIN, VAL   parquet files (default: data/verl/{train,val}.parquet of this repository, as
+#                examples/verl/make_data.py writes them); made absolute, so Ray workers find them
+#                whatever their working directory
+#   key=value    further Hydra overrides for verl, after the ones below (the last value of a key wins),
+#                e.g. trainer.total_training_steps=10; skillgate.selector_coef=0.3 sets lambda too
+#   LAMBDA       lambda, the selector channel's weight (default 0.2, the reference's): passed as
+#                skillgate.selector_coef, which skillgate_lib.integrations.verl_runner exports to every
+#                Ray worker (SKILLGATE_SELECTOR_COEF) and the worker hook applies
+#   ESTIMATOR    skillgate (default) or skillgate_utility (the utility baseline)
+#
 # The kit's knobs: 8 rollouts per prompt, slate of 16 candidates (1/5/5/5) in the data,
-# lambda = 0.2 (skillgate_lib.integrations.verl.configure), lr 1e-6, KL 3e-5, and the
-# kit's dynamic sampling: groups whose rewards all agree dropped and refilled, at most two
-# generation batches per step (the kit's max_draws).
+# lambda = $LAMBDA, lr 1e-6, KL 3e-5, and the kit's dynamic sampling: groups whose rewards all
+# agree dropped and refilled, at most two generation batches per step (the kit's max_draws).
 # One actor update per batch (ppo_mini_batch_size == train_batch_size) with token-mean
 # aggregation makes verl's loss equal the kit's sum(weights * surrogate) exactly; see
 # the docstring of skillgate_lib/integrations/verl.py.
 #
-# Data: `python examples/verl/make_data.py --out data/verl --regime easy` writes the kit's environment
-# as verl RL parquet rows whose extra_info carries the task, the slate (skill_names /
-# skill_categories: what the reward manager categorises reads by) and the regime; the reward
-# function is skillgate_lib/integrations/verl_data.py:compute_score (that regime's verifier).
-# ESTIMATOR=skillgate_utility trains the utility baseline instead.
+# Data: `python examples/verl/make_data.py --regime easy` writes the kit's environment as verl RL
+# parquet rows whose extra_info carries the task, the slate (skill_names / skill_categories: what
+# the reward manager categorises reads by) and the regime; the reward function is
+# skillgate_lib/integrations/verl_data.py:compute_score (that regime's verifier).
 #
 # Multi-turn: verl's tool agent loop with the kit's `read` tool (examples/verl/read_tool.yaml,
 # skillgate_lib/integrations/verl_tool.py) and the `skillgate_read` tool parser for the kit's
 # syntax `<read> words </read>`; the tokenizer renders the episode with the kit's chat template
 # (no turn markers: skillgate_lib.integrations.kit_chat.CHAT_TEMPLATE), so the response verl trains on
-# is the kit's episode: read, inserted body (response_mask 0: no loss), step lines, answer. The
-# parser stops generation at `</read>` when the tokenizer has it as one token (the embedded
-# tokenizer does; for a pretrained model add it as a token or use a model that ends its turn).
+# is the kit's episode: read, inserted body (response_mask 0: no loss), step lines, answer.
+#
+# `</read>` and pretrained tokenizers: the reward manager and the estimator find reads by their
+# text, so `</read>` may be any number of tokens there. Only stopping generation after a read
+# needs it as ONE token (the parser's stop_token_ids; the kit's embedded tokenizer has it). With a
+# pretrained tokenizer that splits `</read>` (most do: `</`, `read`, `>`), the parser logs a warning
+# and the policy writes on past `</read>` to the end of its turn before the tool's reply is
+# inserted, and the verifier scores that text too. Add `<read>` and `</read>` as tokens (and resize
+# the embeddings) before training, or use a chat model's JSON tool calls
+# (actor_rollout_ref.rollout.multi_turn.format=hermes): the model ends its turn after a call, and
+# the reward manager finds those reads as well.
 #
 # Not run here (no Ray, no GPU): what ran is listed in docs/integrations.md.
-# Usage: bash examples/verl/skillgate_grpo.sh MODEL [TRAIN VAL]
 set -euo pipefail
-MODEL=${1:?model path or HF id}
-TRAIN=${2:-data/verl/train.parquet}
-VAL=${3:-data/verl/val.parquet}
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+absolute() { case "$1" in /*) printf '%s\n' "$1" ;; *) printf '%s/%s\n' "$PWD" "$1" ;; esac; }
+
+POSITIONAL=() OVERRIDES=()
+for arg in "$@"; do
+  case "$arg" in *=*) OVERRIDES+=("$arg") ;; *) POSITIONAL+=("$arg") ;; esac
+done
+MODEL=${POSITIONAL[0]:?usage: bash examples/verl/skillgate_grpo.sh MODEL [TRAIN [VAL]] [key=value ...]}
+TRAIN=$(absolute "${POSITIONAL[1]:-$ROOT/data/verl/train.parquet}")
+VAL=$(absolute "${POSITIONAL[2]:-$ROOT/data/verl/val.parquet}")
+if [ -e "$MODEL" ]; then MODEL=$(absolute "$MODEL"); fi  # a local checkpoint; a Hugging Face id stays as it is
 SCORE=$(python -c "import skillgate_lib.integrations.verl_data as m; print(m.__file__)")
 TEMPLATE=$(python -c "from skillgate_lib.integrations.verl_runner import chat_template_override as f; print(f())")
-HERE=$(cd "$(dirname "$0")" && pwd)
 
 python -m skillgate_lib.integrations.verl_runner \
+  skillgate.selector_coef="${LAMBDA:-0.2}" \
   algorithm.adv_estimator="${ESTIMATOR:-skillgate}" \
   algorithm.norm_adv_by_std_in_grpo=true \
   algorithm.use_kl_in_reward=false \
@@ -72,4 +98,5 @@ python -m skillgate_lib.integrations.verl_runner \
   trainer.n_gpus_per_node="${N_GPUS:-8}" \
   trainer.nnodes=1 \
   trainer.logger='["console","tensorboard"]' \
-  trainer.rollout_data_dir=runs/verl_skillgate/rollouts
+  trainer.rollout_data_dir="$ROOT/runs/verl_skillgate/rollouts" \
+  ${OVERRIDES[@]+"${OVERRIDES[@]}"}

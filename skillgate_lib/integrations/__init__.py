@@ -16,26 +16,36 @@ TRL's fixed generation batch cannot do (verl's own ``algorithm.filter_groups`` c
 
 Both engines hand over token ids, never the kit's read annotations, so both recover
 read actions the same way, with :func:`find_reads` below: one function and a read syntax,
-the kit's :class:`ReadFormat` (``<read> words </read>``) or :class:`JsonReadFormat` (a JSON tool
-call as chat templates render it; :mod:`~skillgate_lib.integrations.read_formats`). A read's words
+by default :data:`DEFAULT_READ_FORMAT` (:class:`EitherReadFormat`: the kit's ``<read> words </read>``
+and JSON tool calls as chat templates render them), or one of them alone, :class:`ReadFormat` or
+:class:`JsonReadFormat` (:mod:`~skillgate_lib.integrations.read_formats`). A read's words
 name the skill of the same :func:`~skillgate_lib.integrations.skill_keys.skill_key` (case and
-separators ignored); the tools that serve bodies resolve names the same way. The credit itself is always :func:`skillgate_lib.credit.assign`; nothing here
-re-implements it.
+separators ignored); the tools that serve bodies resolve names the same way, and a slate with two
+names of one key is refused (:func:`slate_index`). The credit itself is always
+:func:`skillgate_lib.credit.assign`; nothing here re-implements it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Mapping, Sequence, Union
+from dataclasses import dataclass, field
+from typing import Collection, Mapping, Sequence, Union
 
 import torch
 
 from skillgate_lib.credit import Credit, CreditConfig, CreditInputs, ReadSpan, assign, kept_groups
 from skillgate_lib.env.names import skill_name
-from skillgate_lib.integrations.read_formats import CallSpan, JsonReadFormat, ReadFormat
+from skillgate_lib.integrations.read_formats import (
+    DEFAULT_READ_FORMAT,
+    CallSpan,
+    EitherReadFormat,
+    JsonReadFormat,
+    ReadFormat,
+    call_arguments,
+    turn_cut_format,
+)
 from skillgate_lib.integrations.skill_keys import SkillIndex, SkillNameCollision, skill_key
 
-AnyReadFormat = Union[ReadFormat, JsonReadFormat]
+AnyReadFormat = Union[ReadFormat, JsonReadFormat, EitherReadFormat]
 """A read syntax: anything with ``calls(text) -> list[CallSpan]`` (:mod:`~skillgate_lib.integrations.read_formats`)."""
 
 
@@ -81,7 +91,7 @@ class _TokenPositions:
         return lo
 
 
-def find_reads(token_ids: Sequence[int], tokenizer, fmt: AnyReadFormat = ReadFormat()) -> list[FoundRead]:
+def find_reads(token_ids: Sequence[int], tokenizer, fmt: AnyReadFormat = DEFAULT_READ_FORMAT) -> list[FoundRead]:
     """Every read call in ``token_ids`` (a response), in order, with exact token positions.
 
     The text is ``tokenizer.decode(token_ids, skip_special_tokens=True)`` (what TRL logs
@@ -106,50 +116,103 @@ def first_call_end(token_ids: Sequence[int], tokenizer, fmt: AnyReadFormat = Rea
     return None if not calls else pos.token_of(calls[0].call_end - 1) + 1
 
 
-def read_spans(token_ids: Sequence[int], tokenizer, categories: Mapping[str, str],
-               fmt: AnyReadFormat = ReadFormat(), max_reads: int = 4) -> tuple[list[ReadSpan], list[str]]:
-    """:func:`find_reads` with each read's slate category (``"invalid"`` when not on the slate).
+@dataclass(frozen=True)
+class SlateReads:
+    """A response's reads, categorised by its slate (:func:`slate_reads`)."""
 
-    ``categories`` maps skill name -> ``oracle`` / ``misleading`` / ``relevant`` /
-    ``irrelevant``, keyed by the stored name (``ledger-negate-ruby``) or its words
-    (:func:`~skillgate_lib.env.names.skill_name` gives the stored form). A read
-    names the slate skill whose :func:`~skillgate_lib.integrations.skill_keys.skill_key` equals
-    its words' (case and separators ignored: ``Ledger Negate_Ruby`` names ``ledger-negate-ruby``);
-    a slate with two names of one key is refused (:class:`SkillNameCollision`). Returns the kit's
-    :class:`~skillgate_lib.credit.ReadSpan` list and the skill names read (stored form; the key for
-    an off-slate read), in order. A read is ``served`` (its body inserted) when it is on the slate
-    and among the first ``max_reads`` reads (the environment's limit; :class:`~skillgate_lib.env.SkillSlateEnv`'s default is 4).
+    spans: list[ReadSpan]
+    """The reads the credit sees, in order (the kit's :class:`~skillgate_lib.credit.ReadSpan`)."""
+    names: list[str]
+    """The skill each of ``spans`` names (stored form; the key for an off-slate read)."""
+    failed: list[str] = field(default_factory=list)
+    """The words of read calls the engine failed to execute (no body, no reply from the environment): left out
+    of ``spans``, so they get no selector credit; counted and logged."""
+
+
+def slate_index(categories: Mapping[str, str], where: str = "slate") -> SkillIndex:
+    """The index of a slate's names as written (``categories``: name -> category).
+
+    Two names of one :func:`~skillgate_lib.integrations.skill_keys.skill_key` (``"pdf tools"`` and
+    ``"pdf-tools"``) are refused with :class:`SkillNameCollision` naming both as written: a read
+    could not tell them apart, and merging them would keep one category silently.
     """
-    table = {skill_name(k): v for k, v in categories.items()}
-    index = SkillIndex(table, where="slate")
-    found = find_reads(token_ids, tokenizer, fmt)
-    names = [index.stored(r.name) or skill_key(r.name) for r in found]
-    spans = [ReadSpan(table.get(n, "invalid"), r.name_start, r.name_end, r.call_start, r.call_end,
-                      served=n in table and k < max_reads)
-             for k, (n, r) in enumerate(zip(names, found))]
-    return spans, names
+    return SkillIndex(categories, where=where)
 
 
-def assign_kept(method_credit: str, inputs: CreditInputs, cfg: CreditConfig) -> tuple[Credit, CreditInputs | None]:
+def slate_categories(names: Sequence[str], categories: Sequence[str], where: str = "slate") -> dict[str, str]:
+    """Parallel name / category lists as a mapping; unequal lengths, a name listed twice or two names of one key are refused."""
+    names, categories = list(names), list(categories)
+    if len(names) != len(categories):
+        raise ValueError(f"{where}: {len(names)} skill names but {len(categories)} categories")
+    SkillIndex(names, where=where)
+    return dict(zip(names, categories))
+
+
+def slate_reads(found: Sequence[FoundRead], categories: Mapping[str, str], max_reads: int = 4,
+                failed: Collection[int] = ()) -> SlateReads:
+    """``found`` (:func:`find_reads`) with each read's slate category (``"invalid"`` when not on the slate).
+
+    ``categories`` maps skill name -> ``oracle`` / ``misleading`` / ``relevant`` / ``irrelevant``,
+    keyed by the stored name (``ledger-negate-ruby``) or its words; a read names the slate skill whose
+    :func:`~skillgate_lib.integrations.skill_keys.skill_key` equals its words' (case and separators
+    ignored: ``Ledger Negate_Ruby`` names ``ledger-negate-ruby``); a slate with two names of one key is
+    refused (:func:`slate_index`). ``failed``: indices into ``found`` of calls the engine failed to
+    execute (TRL's tool loop answered them with an error): they go to :attr:`SlateReads.failed`, not to
+    the credit. A read is ``served`` (its body inserted) when it is on the slate and among the first
+    ``max_reads`` executed reads (the environment's limit; :class:`~skillgate_lib.env.SkillSlateEnv`'s default is 4).
+    """
+    index = slate_index(categories)
+    spans, names, lost = [], [], []
+    for j, r in enumerate(found):
+        if j in failed:
+            lost.append(r.name)
+            continue
+        written = index.stored(r.name)
+        spans.append(ReadSpan("invalid" if written is None else categories[written], r.name_start, r.name_end,
+                              r.call_start, r.call_end, served=written is not None and len(spans) < max_reads))
+        names.append(skill_key(r.name) if written is None else skill_name(written))
+    return SlateReads(spans, names, lost)
+
+
+def read_spans(token_ids: Sequence[int], tokenizer, categories: Mapping[str, str],
+               fmt: AnyReadFormat = DEFAULT_READ_FORMAT, max_reads: int = 4) -> tuple[list[ReadSpan], list[str]]:
+    """:func:`find_reads` categorised by :func:`slate_reads`: the kit's :class:`~skillgate_lib.credit.ReadSpan`
+    list and the skill names read (stored form; the key for an off-slate read), in order."""
+    found = slate_reads(find_reads(token_ids, tokenizer, fmt), categories, max_reads)
+    return found.spans, found.names
+
+
+def _rows(inputs: CreditInputs, rows: Sequence[int]) -> CreditInputs:
+    return CreditInputs(inputs.rewards[rows], inputs.group[rows], inputs.response_mask[rows], [inputs.reads[i] for i in rows],
+                        None if inputs.read_names is None else [inputs.read_names[i] for i in rows], inputs.skill_values)
+
+
+def assign_kept(method_credit: str, inputs: CreditInputs, cfg: CreditConfig,
+                scorable: torch.Tensor | None = None) -> tuple[Credit, CreditInputs | None]:
     """The kit trainer's credit of a batch: ``assign`` on the trajectories of the groups dynamic sampling keeps.
 
     With ``cfg.filter_groups`` (the default, every method), groups whose rewards all agree
     are dropped and the assigner sees the kept groups only, exactly as the kit's trainer
-    trains on the groups its draws kept; without it every group is kept. Returns the
-    credit over the whole batch (zero advantage, weight and logged advantages on dropped
-    rows; ``groups_filtered`` counts the dropped groups) and the kept rows' inputs (``None``
-    when no group is kept: no optimizer step), from which per-skill values are updated.
+    trains on the groups its draws kept; without it every group is kept. ``scorable`` ((B,) bool,
+    default all): rows without a reward (every reward function returned ``None``) leave the batch
+    before that, as in TRL's ``GRPOTrainer``: no advantage, no weight, and no part in their group's
+    baseline. Returns the credit over the whole batch (zero advantage, weight and logged advantages
+    on dropped rows; ``groups_filtered`` counts the groups left without a row) and the kept rows'
+    inputs (``None`` when no row is kept: no optimizer step), from which per-skill values are updated.
     """
     B, T = inputs.response_mask.shape
-    keep = kept_groups(inputs) if cfg.filter_groups else torch.ones(B, dtype=torch.bool)
+    usable = torch.ones(B, dtype=torch.bool) if scorable is None else scorable.to(torch.bool).cpu()
+    candidates = usable.nonzero().flatten().tolist()
+    keep = usable.clone()
+    if cfg.filter_groups and candidates:
+        keep[candidates] = kept_groups(_rows(inputs, candidates))
     rows = keep.nonzero().flatten().tolist()
     dropped = len(set(inputs.group.tolist())) - len(set(inputs.group[keep].tolist()))
     full = Credit(torch.zeros(B, T, dtype=torch.float64), torch.zeros(B, T, dtype=torch.float64),
                   torch.zeros(B, dtype=torch.float64), [[0.0] * len(r) for r in inputs.reads], 0.0, dropped)
     if not rows:
         return full, None
-    kept = CreditInputs(inputs.rewards[rows], inputs.group[rows], inputs.response_mask[rows], [inputs.reads[i] for i in rows],
-                        None if inputs.read_names is None else [inputs.read_names[i] for i in rows], inputs.skill_values)
+    kept = _rows(inputs, rows)
     credit = assign(method_credit, kept, cfg)
     full.advantages[rows] = credit.advantages.to(torch.float64)
     full.weights[rows] = credit.weights.to(torch.float64)
@@ -160,5 +223,6 @@ def assign_kept(method_credit: str, inputs: CreditInputs, cfg: CreditConfig) -> 
     return full, kept
 
 
-__all__ = ["AnyReadFormat", "CallSpan", "FoundRead", "JsonReadFormat", "ReadFormat", "SkillIndex", "SkillNameCollision",
-           "assign_kept", "find_reads", "first_call_end", "read_spans", "skill_key"]
+__all__ = ["AnyReadFormat", "CallSpan", "DEFAULT_READ_FORMAT", "EitherReadFormat", "FoundRead", "JsonReadFormat", "ReadFormat",
+           "SkillIndex", "SkillNameCollision", "SlateReads", "assign_kept", "call_arguments", "find_reads", "first_call_end",
+           "read_spans", "skill_key", "slate_categories", "slate_index", "slate_reads", "turn_cut_format"]

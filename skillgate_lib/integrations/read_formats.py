@@ -12,6 +12,11 @@ channel's tokens). Two formats:
   ``{"type": "function", "function": {"name", "arguments"}}``, with ``arguments`` an object or
   a JSON-encoded string (OpenAI's function-call JSON). The name span is the characters of
   the argument's string value, wherever the JSON put it and however it was escaped.
+
+:class:`EitherReadFormat` finds both (the kit's tags, tagged JSON and bare JSON calls, in text
+order); it is the default of every engine (:data:`DEFAULT_READ_FORMAT`), so a read is found
+whichever syntax the policy writes. :func:`call_arguments` gives a parsed call's arguments as
+a mapping whether they came as an object or as OpenAI's JSON-encoded string.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import json
 import re
 from dataclasses import dataclass
 from json.decoder import scanstring
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 _WS = re.compile(r"[ \t\n\r]*")
 _DECODER = json.JSONDecoder()
@@ -206,3 +211,62 @@ def _argument_span(text: str, at: int, obj: dict, argument: str) -> tuple[int, i
     value = _member(raw, inner, argument)
     offsets = _decoded_offsets(text, *args)
     return offsets[value[0] + 1], offsets[value[1] - 1]
+
+
+@dataclass(frozen=True)
+class EitherReadFormat:
+    """Reads in any of ``formats``, in text order: by default the kit's ``<read> ... </read>`` and JSON tool calls.
+
+    A call found by several formats (a tagged JSON call is also a bare JSON object) is kept once, as
+    the first format in ``formats`` finds it. The default finds what :class:`ReadFormat`,
+    :class:`JsonReadFormat` and ``JsonReadFormat(open_tag="")`` find.
+    """
+
+    formats: tuple = (ReadFormat(), JsonReadFormat(), JsonReadFormat(open_tag=""))
+
+    @property
+    def ends_turn(self) -> bool:
+        """True when every format's calls end the turn (then no engine cuts a turn after a call)."""
+        return all(f.ends_turn for f in self.formats)
+
+    def calls(self, text: str) -> list[CallSpan]:
+        """Every closed call any format finds, in order of position; a call overlapping an earlier-listed format's is dropped."""
+        kept: list[CallSpan] = []
+        for fmt in self.formats:
+            for c in fmt.calls(text):
+                if not any(c.call_start < k.call_end and k.call_start < c.call_end for k in kept):
+                    kept.append(c)
+        return sorted(kept, key=lambda c: c.call_start)
+
+
+DEFAULT_READ_FORMAT = EitherReadFormat()
+"""What the engines find reads with unless told otherwise: the kit's tags and JSON tool calls."""
+
+
+def turn_cut_format(fmt: Any) -> Any | None:
+    """The part of ``fmt`` whose calls do not end the model's turn (an engine cuts a turn after such a call), or ``None``.
+
+    The kit's syntax has no turn markers, so a turn is cut after its first ``</read>``; a JSON tool call
+    is followed by the model's own end-of-turn token, which the chat template needs, so it is never cut.
+    """
+    parts = tuple(f for f in getattr(fmt, "formats", (fmt,)) if not f.ends_turn)
+    if not parts:
+        return None
+    return parts[0] if len(parts) == 1 else EitherReadFormat(parts)
+
+
+def call_arguments(arguments: Any) -> Mapping[str, Any] | None:
+    """A tool call's arguments as a mapping: an object as it is, OpenAI's JSON-encoded string decoded; ``None`` otherwise.
+
+    ``call_arguments('{"skill": "pdf-tools"}') == call_arguments({"skill": "pdf-tools"}) == {"skill": "pdf-tools"}``;
+    a string that is not a JSON object (or anything else) gives ``None``: a call that cannot be executed.
+    """
+    if isinstance(arguments, Mapping):
+        return arguments
+    if isinstance(arguments, (str, bytes)):
+        try:
+            decoded = json.loads(arguments)
+        except ValueError:
+            return None
+        return decoded if isinstance(decoded, dict) else None
+    return None

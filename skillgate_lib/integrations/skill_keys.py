@@ -5,7 +5,8 @@ A policy writes a skill's name as it likes: ``ledger negate ruby``, ``Ledger-Neg
 lower case, runs of whitespace, ``-`` and ``_`` as one ``-``), and a :class:`SkillIndex` maps a
 key back to the stored name of the skill it names. Two skills of one library whose names give
 the same key (``PDF Tools`` and ``pdf-tools``) could not be told apart by a read, so the index
-refuses such a library with an error naming both files (or both names, when no files are known).
+refuses such a library with an error naming both files (or both names as written, when no files are known),
+and a list that names one skill twice.
 """
 
 from __future__ import annotations
@@ -41,7 +42,9 @@ class SkillIndex:
         for name in names:
             key = skill_key(name)
             first = self.names.get(key)
-            if first is not None and first != name:
+            if first == name:
+                raise SkillNameCollision(f"{where}: skill {name!r} is listed twice")
+            if first is not None:
                 what = (f"{files[first]} and {files[name]}" if first in files and name in files
                         else f"{first!r} and {name!r}")
                 raise SkillNameCollision(f"{where}: skills {what} both normalise to the key {key!r} (case and "

@@ -6,9 +6,11 @@ aligned with ``completion_ids``) built by :func:`skillgate_lib.credit.assign` fr
 
 * rewards: TRL's gathered reward-function outputs, weighted and summed as TRL does;
 * groups: TRL's layout, ``num_generations`` consecutive completions per prompt;
-* reads: recovered from the token ids by :func:`skillgate_lib.integrations.read_spans`
-  (names matched by :func:`skillgate_lib.env.names.skill_name`, as the environment
-  matches them), categories from each row's ``skill_names`` / ``skill_categories`` columns;
+* reads: recovered from the token ids by :func:`skillgate_lib.integrations.find_reads`, in the kit's
+  ``<read>`` syntax and as JSON tool calls unless ``read_format`` says otherwise (names matched
+  case- and separator-insensitively, as the environment matches them), categories from each
+  row's ``skill_names`` / ``skill_categories`` columns (a row without them has an empty slate);
+  a read whose tool call TRL failed to execute is left out (see "What is counted" below);
 * response mask: ``completion_mask`` times ``tool_mask`` (the inserted skill bodies carry no loss);
 * for methods with running skill values (``utility``): the names read and the trainer's
   :class:`~skillgate_lib.credit.SkillValues`, updated after each training batch's credit.
@@ -37,14 +39,31 @@ Reads as a chat model's own JSON tool calls
 -------------------------------------------
 A chat model whose template renders tool calls (``<tool_call>{"name": "read", "arguments":
 {"skill": ...}}</tool_call>``, with a ``response_template`` that parses them) keeps its own
-template: pass ``read_format=JsonReadFormat()`` (:mod:`skillgate_lib.integrations.read_formats`).
-TRL's tool loop calls :meth:`SkillReads.read` with the parsed arguments and inserts the reply as
-the tool turn; the trainer finds each read's skill-name tokens inside the JSON (the selector
-channel) and leaves the turn as generated (the model's end-of-turn token ends it). Names are
-matched case- and separator-insensitively (:class:`~skillgate_lib.integrations.SkillIndex`); a
-library with two names of one key is refused. TRL 1.16 calls a tool with its arguments as an
-object, so OpenAI's string-encoded arguments, which the read format locates, fail in TRL's loop.
+template; the default ``read_format`` (:data:`~skillgate_lib.integrations.DEFAULT_READ_FORMAT`)
+finds such calls as well as the kit's syntax (``JsonReadFormat()`` alone also works;
+:mod:`skillgate_lib.integrations.read_formats`). TRL's tool loop calls :meth:`SkillReads.read` with
+the parsed arguments and inserts the reply as the tool turn; the trainer finds each read's
+skill-name tokens inside the JSON (the selector channel) and leaves the turn as generated (the
+model's end-of-turn token ends it). Names are matched case- and separator-insensitively
+(:class:`~skillgate_lib.integrations.SkillIndex`); a slate with two names of one key is refused.
+OpenAI's string-encoded arguments (``"arguments": "{\"skill\": ...}"``) are decoded before TRL
+calls the tool (:mod:`~skillgate_lib.integrations.trl_calls`), so they are served like an object.
 ``tests/test_trl_tool_calls.py`` trains a random-weight chat model this way.
+
+What is counted and refused
+---------------------------
+Each generation batch logs ``reads/parsed`` (reads located in the completions' tokens),
+``reads/failed`` (read calls TRL's tool loop failed to execute: its reply is ``{'error': ...}``;
+such a read was not served, gets no selector credit and is listed in the ``failed_reads`` column;
+its tokens stay in the execution channel), ``reads/unlocated`` (read calls TRL executed that
+``read_format`` did not locate in the tokens), ``rows/no_slate`` (rows without slate columns:
+an empty slate, so their reads are off-slate and carry no selector signal, and the row trains on
+the outcome; its ``credit`` column says ``outcome``) and ``rows/unscorable`` (completions every
+reward function returned ``None`` for: as in TRL's ``GRPOTrainer``, TRL warns, and the row gets
+no advantage and no part in its group's baseline; a batch of only such rows takes no optimizer
+step). If TRL executes read calls in the first generation batch and ``read_format`` locates none
+of them, the trainer stops with an error naming ``read_format``: every read would otherwise be
+trained as plain text.
 
 Dynamic sampling and filter parity
 ----------------------------------
@@ -93,41 +112,64 @@ verifier scored it (the decoded completion, inserted bodies included: TRL's mess
 would drop the read calls, which live in ``tool_calls``), and it gains the dataset's
 ``task_id`` / ``domain`` / ``horizon`` and the kit's trajectory columns
 (:mod:`skillgate_lib.logs`): ``response_tokens``, ``read_skills``, ``read_categories``,
-``read_tok_start``, ``read_tok_end``, ``adv_exec``, ``read_adv``, ``sel_weight`` and
-``credit``. :func:`write_task_table` writes the slates for ``python -m skillgate_lib audit``
-(``--read-pattern`` :data:`AUDIT_READ_PATTERN`: names are several words).
+``read_tok_start``, ``read_tok_end``, ``adv_exec``, ``read_adv``, ``sel_weight``,
+``credit`` and ``failed_reads``. The audit uses those reads as logged; :func:`write_task_table` writes the
+slates too, so one command audits any TRL run: ``python -m skillgate_lib audit RUN --format trl
+--tasks RUN/tasks.jsonl``. TRL prints ``GRPOConfig.num_completions_to_print`` completions per logged step
+(all of them when it is ``None``, TRL's default).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 import torch
-from accelerate.utils import gather_object
-from datasets import Dataset
-from transformers import TrainerCallback
-from trl import GRPOTrainer
 
 from skillgate_lib import methods
 from skillgate_lib.credit import Credit, CreditConfig, CreditInputs, ReadSpan, SkillValues, executed_read_names
-from skillgate_lib.env.episode import READ_CLOSE, READ_OPEN
-from skillgate_lib.env.names import display_name
-from skillgate_lib.integrations import AnyReadFormat, ReadFormat, SkillIndex, assign_kept, first_call_end, read_spans
-from skillgate_lib.integrations.kit_chat import CHAT_TEMPLATE, READ_TOOL, RESPONSE_TEMPLATE
-from skillgate_lib.integrations.serving import serve_read
+from skillgate_lib.integrations import (
+    DEFAULT_READ_FORMAT,
+    AnyReadFormat,
+    assign_kept,
+    find_reads,
+    first_call_end,
+    slate_categories,
+    slate_reads,
+    turn_cut_format,
+)
+from skillgate_lib.integrations.deps import import_engine
+from skillgate_lib.integrations.kit_chat import CHAT_TEMPLATE, RESPONSE_TEMPLATE
+from skillgate_lib.integrations.trl_calls import decode_message_arguments, decoded_tool_arguments, failed_reads, read_call_outcomes, read_tools
+from skillgate_lib.integrations.trl_env import (
+    CATEGORIES_COLUMN,
+    NAMES_COLUMN,
+    EnvReward,
+    SkillReads,
+    env_dataset,
+    skill_argument,
+    transcript,
+    write_task_table,
+)
 from skillgate_lib.integrations.trl_hooks import check_trl_hooks
 
-NAMES_COLUMN = "skill_names"
-CATEGORIES_COLUMN = "skill_categories"
+_WHAT = "skillgate_lib.integrations.trl"
+gather_object = import_engine("accelerate.utils", _WHAT, "gather_object")
+TrainerCallback = import_engine("transformers", _WHAT, "TrainerCallback")
+GRPOTrainer = import_engine("trl", _WHAT, "GRPOTrainer")
+
+logger = logging.getLogger(__name__)
+
 TASK_COLUMNS = ("task_id", "domain", "horizon")
 """Dataset columns copied into the completions parquet (the audit joins slates on ``task_id``)."""
 UPDATE_KEY = "skillgate_update"
 """Generation-batch entry: False when every weight is zero (no optimizer step)."""
 AUDIT_READ_PATTERN = r"<read>\s*(?P<name>[^<>]+?)\s*</read>"
-"""``audit --read-pattern`` for the kit's several-word skill names."""
+"""``audit --read-pattern`` for the kit's several-word skill names in a plain TRL log (a SkillGate run's reads are logged)."""
+
 
 def use_kit_chat_format(tokenizer):
     """Give ``tokenizer`` :data:`CHAT_TEMPLATE` and :data:`RESPONSE_TEMPLATE` (in place; returns it).
@@ -146,37 +188,52 @@ def fold_weights(credit: Credit, num_items: int) -> torch.Tensor:
     return credit.advantages * credit.weights * float(num_items)
 
 
+def trl_methods() -> tuple[str, ...]:
+    """The methods :class:`SkillGateGRPOTrainer` trains: trainable, without a supervised term or a separate fine-tune."""
+    return tuple(m.name for m in methods.METHODS.values()
+                 if m.trainable and not m.supervised_term and not m.separate_finetune)
+
+
+def trl_method(credit: str) -> methods.Method:
+    """The method ``credit`` names, if :class:`SkillGateGRPOTrainer` trains it; else an error listing those it does."""
+    accepted = ", ".join(trl_methods())
+    method = methods.METHODS.get(credit)
+    if method is None:
+        raise ValueError(f"unknown credit {credit!r}; SkillGateGRPOTrainer trains one of: {accepted}")
+    if not method.trainable:
+        raise ValueError(f"credit {credit!r} is a results-only row; SkillGateGRPOTrainer trains one of: {accepted}")
+    if method.supervised_term or method.separate_finetune:
+        raise ValueError(f"credit {credit!r} needs the kit's supervised selector loss, which TRL's GRPO loss lacks "
+                         f"(use skillgate_lib.runs.train for it); SkillGateGRPOTrainer trains one of: {accepted}")
+    return method
+
+
 class SkillGateGRPOTrainer(GRPOTrainer):
     """``GRPOTrainer`` with per-token credit from :func:`skillgate_lib.credit.assign`.
 
     Extra arguments (all keyword-only, the rest go to ``GRPOTrainer``):
 
-    credit:        a method of :data:`skillgate_lib.methods.METHODS`, trained with its assigner (a
-                   method with a supervised term, such as ``selection_bc``, is refused: TRL has none)
+    credit:        a method of :func:`trl_methods` (trainable, without a supervised term), trained with its assigner
     credit_config: the kit's hyperparameters (``selector_coef`` is lambda); its
                    ``scale_rewards`` must agree with ``args.scale_rewards``
-    read_format:   how read calls are written in completions: the kit's ``<read> ... </read>``
-                   (:class:`~skillgate_lib.integrations.ReadFormat`, the default) or a JSON tool call as the
-                   model's chat template renders it (:class:`~skillgate_lib.integrations.JsonReadFormat`)
+    read_format:   how read calls are written in completions; default
+                   :data:`~skillgate_lib.integrations.DEFAULT_READ_FORMAT`: the kit's ``<read> ... </read>`` and
+                   JSON tool calls as chat templates render them; or one of them alone
+                   (:class:`~skillgate_lib.integrations.ReadFormat`, :class:`~skillgate_lib.integrations.JsonReadFormat`)
     names_column, categories_column: dataset columns holding each row's slate as
-                   parallel lists of skill names and categories
+                   parallel lists of skill names and categories (a row without both has an empty slate)
     skill_values:  the per-skill utilities ``credit="utility"`` starts from (default: a fresh
                    :class:`~skillgate_lib.credit.SkillValues`); updated after each training batch
     """
 
     def __init__(self, *args: Any, credit: str = "skillgate", credit_config: CreditConfig | None = None,
-                 read_format: AnyReadFormat = ReadFormat(), names_column: str = NAMES_COLUMN,
+                 read_format: AnyReadFormat = DEFAULT_READ_FORMAT, names_column: str = NAMES_COLUMN,
                  categories_column: str = CATEGORIES_COLUMN, skill_values: SkillValues | None = None, **kwargs: Any):
+        method = trl_method(credit)  # before TRL builds anything: a typo fails at once
         check_trl_hooks(GRPOTrainer)
         super().__init__(*args, **kwargs)
         check_trl_hooks(GRPOTrainer, self)
         a = self.args
-        method = methods.get(credit)
-        if not method.trainable:
-            raise ValueError(f"credit {credit!r} is a results-only row; choose one of: {', '.join(methods.trainable())}")
-        if method.supervised_term or method.separate_finetune:
-            raise ValueError(f"credit {credit!r} needs the kit's supervised selector loss, which TRL's GRPO loss lacks; "
-                             "use skillgate_lib.runs.train for it")
         refusals = {
             "loss_type": (a.loss_type, ("dapo",)),
             "importance_sampling_level": (a.importance_sampling_level, ("token",)),
@@ -197,35 +254,85 @@ class SkillGateGRPOTrainer(GRPOTrainer):
             skill_values = SkillValues()
         self.skill_values = skill_values
         self._gathered_rewards: torch.Tensor | None = None
+        self._call_outcomes: list | None = None
+        self._reads_checked = False
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._gathered_rewards = rewards_per_func
+        tools = read_tools(self.read_format)
+        self._call_outcomes = ([read_call_outcomes(c, tools) if isinstance(c, list) else [] for c in completions]
+                               if self.tools else None)
         return rewards_per_func
 
-    def _row_categories(self, row: Mapping[str, Any]) -> dict[str, str]:
-        try:
-            names, cats = row[self.names_column], row[self.categories_column]
-        except KeyError as err:
-            raise KeyError(f"dataset row has no column {err.args[0]!r}; SkillGateGRPOTrainer needs each row's slate as "
-                           f"{self.names_column!r} and {self.categories_column!r} (see skillgate_lib.integrations.trl.env_dataset)") from None
-        if len(names) != len(cats):
-            raise ValueError(f"dataset row: {self.names_column!r} has {len(names)} entries, {self.categories_column!r} {len(cats)}")
-        return dict(zip(names, cats))
+    def _tool_call_loop(self, prompts, prompt_ids, completion_ids, completions, logprobs, images, multimodal_fields):
+        # OpenAI's string-encoded arguments would fail in TRL's tool(**arguments): decode them, in this turn and the next.
+        for turns in completions:
+            decode_message_arguments(turns[-1] if turns else None)
+        with decoded_tool_arguments(self._tokenizer):
+            return super()._tool_call_loop(prompts, prompt_ids, completion_ids, completions, logprobs, images,
+                                           multimodal_fields)
+
+    def _row_categories(self, row: Mapping[str, Any]) -> dict[str, str] | None:
+        """The row's slate (name -> category), or ``None`` when the row has neither slate column."""
+        has_names, has_cats = self.names_column in row, self.categories_column in row
+        if not has_names and not has_cats:
+            return None
+        if has_names != has_cats:
+            missing = self.categories_column if has_names else self.names_column
+            raise KeyError(f"dataset row has {self.names_column if has_names else self.categories_column!r} but no "
+                           f"{missing!r}; a slate needs both (or neither: a row without a slate)")
+        return slate_categories(row[self.names_column] or [], row[self.categories_column] or [], where="dataset row's slate")
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         completion_ids, logprobs = super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
                                                                  has_tool_images)
-        if not self.tools or self.read_format.ends_turn:
+        cut_format = turn_cut_format(self.read_format)
+        if not self.tools or cut_format is None:
             return completion_ids, logprobs  # a chat model's end-of-turn token ends the turn, as in TRL
         # The kit's syntax has no turn markers: a turn ends at its first closed call, which the environment answers.
         for i, ids in enumerate(completion_ids):
-            cut = first_call_end(ids, self.processing_class, self.read_format)
+            cut = first_call_end(ids, self.processing_class, cut_format)
             if cut is not None and cut < len(ids):
                 completion_ids[i] = ids[:cut]
                 if logprobs is not None:
                     logprobs[i] = logprobs[i][:cut]
         return completion_ids, logprobs
+
+    def _find_reads(self, inputs, ids, lengths) -> tuple[list, list, list, list, list, dict[str, int]]:
+        """Each local row's reads (credit spans, names, failed names), slate flag and text; and the batch's counts."""
+        reads, names, failed, slated, texts = [], [], [], [], []
+        counts = {"parsed": 0, "failed": 0, "unlocated": 0, "executed": 0}
+        outcomes = self._call_outcomes or [None] * len(inputs)
+        for row, seq, n, calls in zip(inputs, ids.tolist(), lengths, outcomes):
+            tokens = seq[: int(n)]
+            categories = self._row_categories(row)
+            found = find_reads(tokens, self.processing_class, self.read_format)
+            lost, unlocated = failed_reads(found, calls) if calls is not None else (set(), 0)
+            row_reads = slate_reads(found, categories or {}, failed=lost)
+            reads.append(row_reads.spans), names.append(row_reads.names), failed.append(row_reads.failed)
+            slated.append(categories is not None)
+            texts.append(self.processing_class.decode(tokens, skip_special_tokens=True))
+            counts["parsed"] += len(found)
+            counts["unlocated"] += unlocated
+            counts["failed"] += sum(answered is False for _, answered in calls or [])
+            counts["executed"] += sum(answered is not None and bool(w.strip()) for w, answered in calls or [])
+        return reads, names, failed, slated, texts, counts
+
+    def _check_reads_located(self, counts: dict[str, int]) -> None:
+        if counts["unlocated"]:
+            logger.warning("SkillGateGRPOTrainer: %d read calls TRL executed in this batch were not located by "
+                           "read_format=%r; they are trained as plain text", counts["unlocated"], self.read_format)
+        if self._reads_checked:
+            return
+        self._reads_checked = True
+        if counts["executed"] and not counts["parsed"]:
+            raise ValueError(
+                f"SkillGateGRPOTrainer: TRL's tool loop executed {counts['executed']} read calls in the first generation "
+                f"batch, but read_format={self.read_format!r} located none of them in the completions' tokens, so every "
+                "read would be trained as plain text (no selector credit). Pass read_format= a format that parses how "
+                "the chat template writes a read call: skillgate_lib.integrations.ReadFormat(open_tag, close_tag) or "
+                "JsonReadFormat(tool, argument, open_tag, close_tag)")
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         output = super()._generate_and_score_completions(inputs)
@@ -235,33 +342,37 @@ class SkillGateGRPOTrainer(GRPOTrainer):
         if "tool_mask" in output:
             mask = mask * output["tool_mask"]
         lengths = output["completion_mask"].sum(dim=1).tolist()
-        local_reads, local_names, local_texts = [], [], []
-        for row, seq, n in zip(inputs, ids.tolist(), lengths):
-            spans, names = read_spans(seq[: int(n)], self.processing_class, self._row_categories(row), self.read_format)
-            local_reads.append(spans)
-            local_names.append(names)
-            local_texts.append(self.processing_class.decode(seq[: int(n)], skip_special_tokens=True))
+        local_reads, local_names, local_failed, local_slated, local_texts, local_counts = self._find_reads(inputs, ids, lengths)
+        counts = {k: sum(c[k] for c in gather_object([local_counts])) for k in local_counts}
+        self._check_reads_located(counts)
 
         acc = self.accelerator
         reads: list[list[ReadSpan]] = gather_object(local_reads)
         names: list[list[str]] = gather_object(local_names)
+        slated: list[bool] = gather_object(local_slated)
         response_mask = acc.gather(acc.pad_across_processes(mask, dim=1, pad_index=0)).bool().cpu()
-        rewards = self._outcome_rewards()
+        rewards, scorable = self._outcome_rewards()
         group = torch.arange(len(rewards)) // num_generations
         credit_inputs = CreditInputs(rewards, group, response_mask, reads, names, self.skill_values)
-        credit, kept = assign_kept(self.credit_name, credit_inputs, self.credit_config)
+        credit, kept = assign_kept(self.credit_name, credit_inputs, self.credit_config, scorable)
         if self.skill_values is not None and kept is not None and mode == "train":
             # after assign: a batch's credit sees earlier batches only; values learn from the executed reads
             self.skill_values.update(executed_read_names(kept), kept.rewards)
         update = bool(credit.weights.abs().sum() > 0)
-        self._metrics[mode]["credit/groups_filtered"].append(float(credit.groups_filtered))
-        self._metrics[mode]["credit/update_skipped"].append(float(not update))
+        metrics = self._metrics[mode]
+        metrics["credit/groups_filtered"].append(float(credit.groups_filtered))
+        metrics["credit/update_skipped"].append(float(not update))
+        for key in ("parsed", "failed", "unlocated"):
+            metrics[f"reads/{key}"].append(float(counts[key]))
+        metrics["rows/no_slate"].append(float(len(slated) - sum(slated)))
+        metrics["rows/unscorable"].append(float((~scorable).sum()))
 
         rows = slice(acc.process_index * len(inputs), (acc.process_index + 1) * len(inputs))
         folded = fold_weights(credit, int(output["num_items_in_batch"]))
         output["advantages"] = folded[rows, : ids.shape[1]].to(device=ids.device, dtype=torch.float32)
         output[UPDATE_KEY] = torch.tensor(update, device=ids.device)
-        self._log_channels(credit, credit_inputs, names, gather_object(local_texts), inputs)
+        self._log_channels(credit, credit_inputs, names, gather_object(local_texts), inputs,
+                           gather_object(local_failed), slated)
         return output
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -270,17 +381,19 @@ class SkillGateGRPOTrainer(GRPOTrainer):
             return torch.zeros((), device=self.accelerator.device, requires_grad=self.model.training)
         return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
 
-    def _outcome_rewards(self) -> torch.Tensor:
-        """(B,) float64: TRL's gathered rewards, weighted and summed over reward functions."""
+    def _outcome_rewards(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B,) float64 rewards (TRL's gathered reward-function outputs, weighted and summed) and (B,) bool: scorable.
+
+        A completion every reward function returned ``None`` for is unscorable (TRL has warned): reward 0 here,
+        and :func:`~skillgate_lib.integrations.assign_kept` leaves it out, as TRL zeroes its advantage.
+        """
         r = self._gathered_rewards
-        unscorable = torch.isnan(r).all(dim=1)
-        if unscorable.any():
-            raise ValueError(f"completion {int(unscorable.nonzero()[0])}: every reward function returned None; "
-                             "SkillGate credit needs a reward for every completion")
-        return (r * self.reward_weights.to(r.device).unsqueeze(0)).nansum(dim=1).to(torch.float64).cpu()
+        scorable = ~torch.isnan(r).all(dim=1)
+        total = (r * self.reward_weights.to(r.device).unsqueeze(0)).nansum(dim=1).to(torch.float64)
+        return torch.where(scorable, total, torch.zeros_like(total)).cpu(), scorable.cpu()
 
     def _log_channels(self, credit: Credit, inputs: CreditInputs, names: list[list[str]], texts: list[str],
-                      rows: list[dict[str, Any]]) -> None:
+                      rows: list[dict[str, Any]], failed: list[list[str]], slated: list[bool]) -> None:
         # TRL has just logged this batch's completions; log each as the episode the verifier scored.
         logged = self._logs["completion"]
         for k, text in enumerate(texts):
@@ -295,7 +408,8 @@ class SkillGateGRPOTrainer(GRPOTrainer):
             "adv_exec": credit.adv_exec.tolist(),
             "read_adv": credit.read_adv,
             "sel_weight": share.tolist(),
-            "credit": [self.credit_name] * len(names),
+            "credit": [self.credit_name if s else "outcome" for s in slated],
+            "failed_reads": failed,
         }
         for column in TASK_COLUMNS:
             if all(column in row for row in rows):
@@ -325,141 +439,6 @@ class MetricsJsonl(TrainerCallback):
             fh.write(json.dumps(row, sort_keys=True, default=float) + "\n")
 
 
-# ------------------------------------------------------------------ environment adapter
-
-
-def transcript(completion: str | Sequence[Mapping[str, Any]], index: SkillIndex | None = None) -> str:
-    """A completion as the kit's response text: a string as it is, or a TRL message list joined turn by turn.
-
-    Assistant turns give their content then their ``read`` calls as ``<read> skill </read>``
-    (with ``index``, the skill as the environment writes it: ``Ledger_Negate ruby`` becomes
-    ``ledger negate ruby``, the name :class:`SkillReads` served); tool turns give the text the
-    environment inserted. With :data:`CHAT_TEMPLATE` and the kit's lower-case names this is the
-    decoded completion, word for word, whatever template rendered the calls.
-    """
-    if isinstance(completion, str):
-        return completion
-    parts = []
-    for m in completion:
-        if m["role"] == "tool":
-            parts.append(str(m["content"]))
-            continue
-        if m.get("content"):
-            parts.append(str(m["content"]))
-        for call in m.get("tool_calls") or []:
-            fn = call["function"]
-            if fn["name"] != READ_TOOL:
-                parts.append(json.dumps(fn))
-                continue
-            written = str(fn["arguments"].get("skill", ""))
-            parts.append(f"{READ_OPEN} {written if index is None else index.canonical_words(written)} {READ_CLOSE}")
-    return " ".join(parts)
-
-
-class SkillReads:
-    """One rollout's view of the kit's environment, as TRL's ``environment_factory`` wants it.
-
-    TRL calls :meth:`reset` with the dataset row before the rollout and exposes every public
-    method but ``reset`` as a tool: here only :meth:`read`. A call's skill is resolved through
-    ``index`` (case and separators ignored), so ``read("Ledger-Negate_Ruby")`` is served the body
-    of ``ledger-negate-ruby``.
-    """
-
-    def __init__(self, env: Any, episodes: Mapping[str, tuple[Any, Any]], index: SkillIndex):
-        self.env, self.episodes, self.index = env, episodes, index
-        self.task = self.slate = None
-        self.calls: list[str] = []
-
-    def reset(self, task_id: str, **_: Any) -> None:
-        self.task, self.slate = self.episodes[task_id]
-        self.calls = []
-
-    def read(self, skill: str) -> str:
-        """Read a skill's instructions (its SKILL.md body).
-
-        Args:
-            skill: The skill's name as listed under "skills :", e.g. "ledger negate ruby".
-
-        Returns:
-            The skill body between <body> and </body>, or an error between <error> and </error>.
-        """
-        self.calls.append(self.index.canonical_words(skill))
-        return serve_read(self.env, self.task, self.slate, self.calls)
-
-
-class EnvReward:
-    """TRL reward function: the kit environment's verifier on each finished episode.
-
-    TRL calls it as ``reward(prompts=..., completions=..., completion_ids=..., **columns)``;
-    the ``task_id`` column finds the task and slate the prompt was made from, and
-    :func:`transcript` gives the episode's text (reads and inserted bodies included).
-    :meth:`environment` is the matching ``environment_factory``.
-    """
-
-    __name__ = "env_reward"  # TRL names the reward column after the function
-
-    def __init__(self, env: Any, episodes: Mapping[str, tuple[Any, Any]]):
-        self.env, self.episodes = env, dict(episodes)
-        self.index = SkillIndex.of_library(env.library)
-
-    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], task_id: Sequence[str], **_: Any) -> list[float]:
-        out = []
-        for completion, tid in zip(completions, task_id):
-            task, slate = self.episodes[tid]
-            out.append(float(self.env.score(task, slate, transcript(completion, self.index)).reward))
-        return out
-
-    def environment(self) -> SkillReads:
-        """A fresh per-rollout environment over the same tasks (pass ``environment_factory=reward.environment``)."""
-        return SkillReads(self.env, self.episodes, self.index)
-
-
-def env_dataset(env: Any, n_tasks: int, seed: int = 0, tools: bool = False) -> tuple[Dataset, EnvReward]:
-    """Kit tasks as a TRL dataset plus the reward function that scores them.
-
-    ``env`` is a :class:`skillgate_lib.env.SkillSlateEnv`. Columns: ``prompt``, ``task_id``,
-    ``domain``, ``horizon``, ``oracle`` and the slate as ``skill_names`` / ``skill_categories``
-    (stored names; empty for a skill-free environment, which serves no read). ``tools=False``: the prompt is text and the completion single-turn (the
-    policy never sees a body); ``tools=True``: the prompt is one user message, for TRL's tool
-    loop with ``environment_factory=reward.environment`` and :func:`use_kit_chat_format`.
-    Each task's slate is drawn from ``(task, seed)``, so a task drawn twice is the same row.
-    """
-    rows, episodes = [], {}
-    for task in env.sample_tasks(n_tasks, split="train", seed=seed):
-        slate = env.slate(task, seed=seed)
-        tid = str(task.task_id)
-        episodes[tid] = (task, slate)
-        prompt = env.prompt(task, slate)
-        shown = slate.candidates if env.show_slate else ()  # skill-free: no read is served, none is on a slate
-        rows.append({
-            "prompt": [{"role": "user", "content": prompt}] if tools else prompt,
-            "task_id": tid,
-            "domain": str(getattr(task, "domain", "")),
-            "horizon": int(getattr(task, "horizon", -1)),
-            "oracle": slate.oracle,
-            NAMES_COLUMN: [c.name for c in shown],
-            CATEGORIES_COLUMN: [c.category for c in shown],
-        })
-    return Dataset.from_list(rows), EnvReward(env, episodes)
-
-
-def write_task_table(dataset: Dataset, path: str | Path) -> Path:
-    """The dataset's slates as the audit's ``--tasks`` JSONL: one object per task.
-
-    Skills are keyed by the words a read writes (``ledger negate ruby``), which is what the
-    audit's text readers find in a completion.
-    """
-    path = Path(path)
-    seen: dict[str, dict] = {}
-    for row in dataset:
-        if row["task_id"] not in seen:
-            seen[row["task_id"]] = {
-                "task_id": row["task_id"], "domain": row["domain"], "horizon": row["horizon"],
-                "skills": {display_name(n): c for n, c in zip(row[NAMES_COLUMN], row[CATEGORIES_COLUMN])},
-            }
-    path.write_text("".join(json.dumps(r) + "\n" for r in seen.values()))
-    return path
-
-
-__all__ = ["SkillGateGRPOTrainer", "EnvReward", "MetricsJsonl", "SkillReads", "env_dataset", "fold_weights", "transcript",
-           "use_kit_chat_format", "write_task_table", "CHAT_TEMPLATE", "RESPONSE_TEMPLATE", "AUDIT_READ_PATTERN"]
+__all__ = ["SkillGateGRPOTrainer", "EnvReward", "MetricsJsonl", "SkillReads", "env_dataset", "fold_weights", "skill_argument",
+           "transcript", "trl_method", "trl_methods", "use_kit_chat_format", "write_task_table", "CHAT_TEMPLATE",
+           "RESPONSE_TEMPLATE", "AUDIT_READ_PATTERN", "NAMES_COLUMN", "CATEGORIES_COLUMN"]

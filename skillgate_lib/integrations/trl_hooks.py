@@ -1,6 +1,6 @@
 """The private TRL internals :class:`~skillgate_lib.integrations.trl.SkillGateGRPOTrainer` relies on, checked by name.
 
-The trainer overrides three private ``GRPOTrainer`` methods and writes to two private
+The trainer overrides four private ``GRPOTrainer`` methods and writes to two private
 attributes. TRL may change any of them in a release without notice, so the trainer checks
 them when it is built (:func:`check_trl_hooks`) and refuses a TRL whose hooks differ, naming
 the hook, the parameters it expected and those it found. ``tests/test_trl_integration.py``
@@ -20,6 +20,8 @@ METHOD_HOOKS: dict[str, tuple[str, ...]] = {
     "_generate_single_turn": ("self", "prompt_ids", "images", "multimodal_fields", "num_generations", "has_tool_images"),
     "_generate_and_score_completions": ("self", "inputs"),
     "_calculate_rewards": ("self", "inputs", "prompts", "completions", "completion_ids_list"),
+    "_tool_call_loop": ("self", "prompts", "prompt_ids", "completion_ids", "completions", "logprobs", "images",
+                        "multimodal_fields"),
     "compute_loss": ("self", "model", "inputs", "return_outputs", "num_items_in_batch"),
 }
 """Overridden ``GRPOTrainer`` methods -> the parameter names the override is written for."""

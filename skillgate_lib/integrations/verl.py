@@ -58,6 +58,15 @@ What the selector channel receives: ``index`` groups rollouts into prompt groups
 outcome rewards are ``token_level_rewards.sum(-1)`` (verl puts the score on the last
 token), ``algorithm.norm_adv_by_std_in_grpo`` selects GRPO vs Dr. GRPO scaling, and
 lambda / eps come from :func:`configure` (default :class:`~skillgate_lib.credit.CreditConfig`).
+Lambda is set on the command line: ``skillgate.selector_coef=0.3`` among the overrides of
+:func:`skillgate_lib.integrations.verl_runner.main` (``LAMBDA=0.3 bash examples/verl/skillgate_grpo.sh``),
+which exports it as :data:`SELECTOR_COEF_ENV` to every Ray worker, where
+:func:`configure_from_env` (run by the worker hook) applies it.
+
+Reads are found in the kit's syntax and as JSON tool calls
+(:data:`~skillgate_lib.integrations.DEFAULT_READ_FORMAT`), by their text: ``</read>`` need not be one
+token of the tokenizer for the reward manager and the estimators (only the tool parser's stop at
+``</read>`` needs that; see :mod:`~skillgate_lib.integrations.verl_tool`).
 """
 
 from __future__ import annotations
@@ -65,6 +74,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import json
+import os
 from dataclasses import replace
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -73,7 +83,8 @@ import torch
 
 from skillgate_lib import methods
 from skillgate_lib.credit import CreditConfig, CreditInputs, ReadSpan, SkillValues, executed_read_names
-from skillgate_lib.integrations import AnyReadFormat, ReadFormat, assign_kept, read_spans
+from skillgate_lib.integrations import DEFAULT_READ_FORMAT, AnyReadFormat, assign_kept, read_spans, slate_categories
+from skillgate_lib.integrations.deps import missing
 
 ESTIMATOR = "skillgate"
 """verl's name for SkillGate's estimator (the ``skillgate`` method of :data:`skillgate_lib.methods.METHODS`)."""
@@ -81,6 +92,8 @@ ESTIMATORS = {ESTIMATOR: "skillgate", "skillgate_utility": "utility"}
 """verl estimator name -> the kit method (:data:`skillgate_lib.methods.METHODS`) whose credit it computes."""
 READS_KEY = "skillgate_reads"
 """``reward_extra_info`` key carrying each response's reads (JSON, see :func:`encode_reads`)."""
+SELECTOR_COEF_ENV = "SKILLGATE_SELECTOR_COEF"
+"""Environment variable carrying lambda (``CreditConfig.selector_coef``) to the process that computes advantages."""
 SKILL_VALUES = SkillValues()
 """The ``utility`` estimator's per-skill values, updated after each batch's credit (per process; not checkpointed)."""
 
@@ -92,6 +105,28 @@ _CONFIG = [CreditConfig()]
 def configure(cfg: CreditConfig) -> None:
     """Set lambda / eps for the estimators (``scale_rewards`` always follows ``norm_adv_by_std_in_grpo``)."""
     _CONFIG[0] = cfg
+
+
+def env_selector_coef(environ: Mapping[str, str] | None = None) -> float | None:
+    """Lambda from :data:`SELECTOR_COEF_ENV` (default ``os.environ``), ``None`` when unset; a bad value is an error naming it."""
+    value = (os.environ if environ is None else environ).get(SELECTOR_COEF_ENV)
+    if value is None or not value.strip():
+        return None
+    try:
+        coef = float(value)
+    except ValueError:
+        raise ValueError(f"{SELECTOR_COEF_ENV}={value!r}: lambda must be a number") from None
+    if not coef >= 0:
+        raise ValueError(f"{SELECTOR_COEF_ENV}={value!r}: lambda must be >= 0")
+    return coef
+
+
+def configure_from_env(environ: Mapping[str, str] | None = None) -> CreditConfig:
+    """Apply lambda from :data:`SELECTOR_COEF_ENV` when it is set (:func:`env_selector_coef`); returns the config in force."""
+    coef = env_selector_coef(environ)
+    if coef is not None:
+        configure(replace(_CONFIG[0], selector_coef=coef))
+    return _CONFIG[0]
 
 
 def encode_reads(spans: Sequence[ReadSpan], names: Sequence[str] | None = None) -> str:
@@ -129,16 +164,18 @@ def decode_read_names(payload: str, where: str = "reads") -> list[str]:
 
 
 def annotate(response_ids: Sequence[int], tokenizer, extra_info: Mapping[str, Any],
-             fmt: AnyReadFormat = ReadFormat()) -> dict[str, str]:
-    """``reward_extra_info`` entries for one response: its reads, categorised by the row's slate."""
+             fmt: AnyReadFormat = DEFAULT_READ_FORMAT) -> dict[str, str]:
+    """``reward_extra_info`` entries for one response: its reads, categorised by the row's slate
+    (two names of one key on it are refused, naming both as written)."""
     names, cats = extra_info.get("skill_names"), extra_info.get("skill_categories")
     if names is None or cats is None:
         raise KeyError("row extra_info needs 'skill_names' and 'skill_categories' (the slate) for SkillGate credit")
-    spans, read = read_spans(list(response_ids), tokenizer, dict(zip(names, cats)), fmt)
+    slate = slate_categories(list(names), list(cats), where="extra_info slate")
+    spans, read = read_spans(list(response_ids), tokenizer, slate, fmt)
     return {READS_KEY: encode_reads(spans, read)}
 
 
-def reward_extra_info(item, tokenizer, fmt: AnyReadFormat = ReadFormat()) -> dict[str, str]:
+def reward_extra_info(item, tokenizer, fmt: AnyReadFormat = DEFAULT_READ_FORMAT) -> dict[str, str]:
     """What the SkillGate reward manager adds for one verl sample (a ``DataProtoItem``): its reads.
 
     The response is ``item.batch["responses"]`` up to its valid length (the response part
@@ -222,10 +259,13 @@ def compute_utility_advantage(token_level_rewards: torch.Tensor, response_mask: 
 def register() -> None:
     """Put :func:`compute_skillgate_advantage` and :func:`compute_utility_advantage` in verl's estimator registry.
 
-    Idempotent. Needs verl (whose package imports Ray); ``algorithm.adv_estimator=skillgate``
-    then finds the estimator in this process.
+    Idempotent. Needs verl (whose package imports Ray; a missing one is an error with its
+    ``pip install`` command); ``algorithm.adv_estimator=skillgate`` then finds the estimator in this process.
     """
-    from verl.trainer.ppo.core_algos import register_adv_est
+    try:
+        from verl.trainer.ppo.core_algos import register_adv_est
+    except ModuleNotFoundError as err:
+        raise missing(err, "skillgate_lib.integrations.verl.register") from err
 
     for name, fn in ((ESTIMATOR, compute_skillgate_advantage), ("skillgate_utility", compute_utility_advantage)):
         register_adv_est(name)(fn)

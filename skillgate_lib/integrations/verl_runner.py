@@ -9,7 +9,11 @@ anything, then hands over to verl's own ``verl.trainer.main_ppo.main``::
     python -m skillgate_lib.integrations.verl_runner algorithm.adv_estimator=skillgate \
         trainer.v1.trainer_mode=skillgate_sync reward.reward_manager.name=skillgate ...
 
-(``examples/verl/skillgate_grpo.sh`` is a complete command.) :func:`setup_worker` registers
+(``examples/verl/skillgate_grpo.sh`` is a complete command.) One override is the kit's own and
+not verl's: ``skillgate.selector_coef=LAMBDA`` (the selector channel's weight), which :func:`main`
+takes out of the command line and exports to every Ray worker as
+:data:`~skillgate_lib.integrations.verl.SELECTOR_COEF_ENV` (the variable set in the launching shell
+is passed on the same way). :func:`setup_worker` registers
 
 * the ``skillgate`` and ``skillgate_utility`` advantage estimators (:func:`skillgate_lib.integrations.verl.register`);
 * the ``skillgate`` reward manager (:func:`reward_manager_class`): verl's ``naive`` manager plus the
@@ -30,12 +34,17 @@ the tool parser. The trainer subclass needs TransferQueue, which needs Ray, and
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any, Iterable, Sequence
+
+from skillgate_lib.integrations.deps import missing
 
 HOOK = "skillgate_lib.integrations.verl_runner.setup_worker"
 TRAINER_MODE = "skillgate_sync"
 REWARD_MANAGER = "skillgate"
+SELECTOR_COEF_KEY = "skillgate.selector_coef"
+"""The command-line override that sets lambda (``skillgate.selector_coef=0.3``); not passed on to verl's Hydra."""
 _CLASSES: dict[str, type] = {}
 
 
@@ -43,8 +52,11 @@ def reward_manager_class() -> type:
     """verl's reward manager ``skillgate`` (registered once per process): ``naive`` plus each response's reads."""
     if REWARD_MANAGER in _CLASSES:
         return _CLASSES[REWARD_MANAGER]
-    from verl.experimental.reward_loop.reward_manager import register
-    from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
+    try:
+        from verl.experimental.reward_loop.reward_manager import register
+        from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
+    except ModuleNotFoundError as err:
+        raise missing(err, "the skillgate reward manager") from err
 
     from skillgate_lib.integrations import verl as sg
 
@@ -83,7 +95,10 @@ def trainer_class() -> type:
     """verl's v1 trainer ``skillgate_sync`` (registered once per process); needs TransferQueue (and so Ray)."""
     if TRAINER_MODE in _CLASSES:
         return _CLASSES[TRAINER_MODE]
-    from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer
+    try:
+        from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer
+    except ModuleNotFoundError as err:
+        raise missing(err, "the skillgate_sync trainer") from err
 
     from skillgate_lib.integrations import verl as sg
 
@@ -106,10 +121,16 @@ def trainer_class() -> type:
 
 
 def setup_worker() -> None:
-    """Register SkillGate's estimators, reward manager, tool parser and trainer in this process (idempotent)."""
+    """Register SkillGate's estimators, reward manager, tool parser and trainer in this process (idempotent),
+    and apply lambda from :data:`~skillgate_lib.integrations.verl.SELECTOR_COEF_ENV` when it is set."""
     from skillgate_lib.integrations import verl as sg
-    from skillgate_lib.integrations.verl_tool import register_parser
 
+    try:
+        from skillgate_lib.integrations.verl_tool import register_parser
+    except ModuleNotFoundError as err:
+        raise missing(err, "skillgate_lib.integrations.verl_runner.setup_worker") from err
+
+    sg.configure_from_env()
     sg.register()
     reward_manager_class()
     register_parser()
@@ -126,13 +147,37 @@ def chat_template_override(key: str = "actor_rollout_ref.model.custom_chat_templ
     return f"{key}='" + CHAT_TEMPLATE.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+def runner_argv(argv: Sequence[str], environ: dict[str, str] | None = None) -> list[str]:
+    """verl's overrides for ``argv``: ``skillgate.selector_coef=X`` taken out (and put in ``environ``, default
+    ``os.environ``, as :data:`~skillgate_lib.integrations.verl.SELECTOR_COEF_ENV`), lambda passed to every Ray
+    worker's environment when set, and :func:`setup_worker` as every worker's setup hook. The last of several
+    ``skillgate.selector_coef`` overrides wins, as in Hydra."""
+    from skillgate_lib.integrations.verl import SELECTOR_COEF_ENV, env_selector_coef
+
+    environ = os.environ if environ is None else environ
+    out = []
+    for arg in argv:
+        key, sep, value = arg.lstrip("+").partition("=")
+        if sep and key == SELECTOR_COEF_KEY:
+            environ[SELECTOR_COEF_ENV] = value
+        else:
+            out.append(arg)
+    if environ.get(SELECTOR_COEF_ENV):
+        env_selector_coef(environ)  # a bad value fails here, before Ray starts
+        out.append(f"++ray_kwargs.ray_init.runtime_env.env_vars.{SELECTOR_COEF_ENV}={environ[SELECTOR_COEF_ENV]}")
+    out.append(f"++ray_kwargs.ray_init.runtime_env.worker_process_setup_hook={HOOK}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     """verl's ``main_ppo`` with :func:`setup_worker` in the driver and as every worker's setup hook."""
-    from verl.trainer import main_ppo
+    argv = runner_argv(list(sys.argv[1:] if argv is None else argv))
+    try:
+        from verl.trainer import main_ppo
+    except ModuleNotFoundError as err:
+        raise missing(err, "skillgate_lib.integrations.verl_runner") from err
 
     setup_worker()  # the driver validates the config against the registries
-    argv = list(sys.argv[1:] if argv is None else argv)
-    argv.append(f"++ray_kwargs.ray_init.runtime_env.worker_process_setup_hook={HOOK}")
     sys.argv = [sys.argv[0], *argv]
     main_ppo.main()
 

@@ -16,8 +16,10 @@ This module gives it the two kit-specific pieces:
   reads written in the kit's syntax ``<read> words </read>``, for the embedded model and any
   tokenizer given :data:`skillgate_lib.integrations.kit_chat.CHAT_TEMPLATE` (``actor_rollout_ref.model.custom_chat_template``),
   so the episode verl trains on is the kit's token stream and ``compute_score`` can verify it.
-  A chat model writing JSON tool calls uses verl's own ``hermes`` parser with the same tool;
-  the reward manager then needs :class:`~skillgate_lib.integrations.JsonReadFormat`.
+  A chat model writing JSON tool calls uses verl's own ``hermes`` parser with the same tool (whose
+  arguments may be an object or OpenAI's JSON-encoded string); the reward manager finds those reads
+  too (:data:`~skillgate_lib.integrations.DEFAULT_READ_FORMAT`). The parser stops generation at
+  ``</read>`` only where the tokenizer has it as one token (:func:`close_tag_stop_ids`).
 
 Imports verl's ``tools`` package (for the parser, :func:`register_parser` imports verl's agent
 loop, which needs verl's serving stack: not on the kit's light install, where the parser's logic,
@@ -28,16 +30,22 @@ from :func:`skillgate_lib.integrations.verl_runner.setup_worker`.
 from __future__ import annotations
 
 import json
+import logging
 from functools import lru_cache
 from typing import Any
 
-from verl.tools.base_tool import BaseTool
-from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
-
 from skillgate_lib.integrations import ReadFormat, SkillIndex
+from skillgate_lib.integrations.deps import missing
 from skillgate_lib.integrations.kit_chat import READ_TOOL
+from skillgate_lib.integrations.read_formats import call_arguments
 from skillgate_lib.integrations.serving import serve_read
 from skillgate_lib.integrations.verl_data import episode_of, regime_env
+
+try:
+    from verl.tools.base_tool import BaseTool
+    from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
+except ModuleNotFoundError as _err:
+    raise missing(_err, "skillgate_lib.integrations.verl_tool") from _err
 
 PARSER = "skillgate_read"
 """``multi_turn.format`` of :class:`KitReadParser`."""
@@ -84,7 +92,8 @@ class SkillReadTool(BaseTool):
         task, slate = episode_of(env, episode)
         agent_data = kwargs.get("agent_data")
         calls = agent_data.extra_fields.setdefault(CALLS_KEY, []) if agent_data is not None else []
-        calls.append(_index(str(episode.get("regime", "easy"))).canonical_words(str(parameters.get("skill", ""))))
+        args = call_arguments(parameters) or {}  # a mapping, or OpenAI's JSON-encoded string
+        calls.append(_index(str(episode.get("regime", "easy"))).canonical_words(str(args.get("skill", ""))))
         return ToolResponse(text=serve_read(env, task, slate, calls)), 0.0, {}
 
     async def release(self, instance_id: str, **kwargs: Any) -> None:
@@ -100,11 +109,40 @@ def kit_read_calls(text: str, fmt: ReadFormat = ReadFormat()) -> tuple[str, list
     return text[: calls[0].call_start].strip(), [(READ_TOOL, json.dumps({"skill": c.name})) for c in calls]
 
 
+_WARNED: set[int] = set()
+
+
+def close_tag_stop_ids(tokenizer: Any, fmt: ReadFormat = ReadFormat()) -> list[int]:
+    """``[id]`` when ``fmt.close_tag`` (``</read>``) is one token of ``tokenizer``: generation stops there. Else ``[]``
+    and a warning (once per tokenizer): generation then runs on past ``</read>`` to the end of the turn.
+
+    Only the stop needs one token: the reward manager and the estimators find reads by their text, whatever the
+    tokenizer splits ``</read>`` into. What a several-token ``</read>`` costs is the turn after the read: the policy
+    goes on writing (its guess at the body) before the tool's reply is inserted, and the verifier scores that
+    episode. Add ``<read>`` and ``</read>`` as tokens (``tokenizer.add_tokens`` and a resized embedding), as the
+    kit's embedded tokenizer has them, or let a chat model write JSON tool calls (verl's ``hermes`` parser) and
+    end its turn after a call.
+    """
+    ids = tokenizer.encode(fmt.close_tag, add_special_tokens=False)
+    if len(ids) == 1:
+        return ids
+    if id(tokenizer) not in _WARNED:
+        _WARNED.add(id(tokenizer))
+        logging.getLogger(__name__).warning(
+            "%r is %d tokens of this tokenizer, so generation does not stop after a read: the policy writes on to the end "
+            "of its turn before the read tool's reply (see skillgate_lib.integrations.verl_tool.close_tag_stop_ids)",
+            fmt.close_tag, len(ids))
+    return []
+
+
 def register_parser() -> type:
     """Register :class:`KitReadParser` as verl's ``multi_turn.format=skillgate_read`` (idempotent); returns the class."""
     if _PARSERS:
         return _PARSERS[0]
-    from verl.experimental.agent_loop.tool_parser import FunctionCall, ToolParser
+    try:
+        from verl.experimental.agent_loop.tool_parser import FunctionCall, ToolParser
+    except ModuleNotFoundError as err:
+        raise missing(err, "the skillgate_read tool parser") from err
 
     @ToolParser.register(PARSER)
     class KitReadParser(ToolParser):
@@ -115,8 +153,7 @@ def register_parser() -> type:
         @property
         def stop_token_ids(self) -> list[int]:
             # The kit's syntax has no end-of-turn token: stop at the close tag, when the tokenizer has it as one token.
-            ids = self.tokenizer.encode(self.fmt.close_tag, add_special_tokens=False)
-            return ids if len(ids) == 1 else []
+            return close_tag_stop_ids(self.tokenizer, self.fmt)
 
         async def extract_tool_calls(self, responses_ids: list[int], tools: Any = None) -> tuple[str, list]:
             content, calls = kit_read_calls(self.tokenizer.decode(responses_ids, skip_special_tokens=True), self.fmt)

@@ -130,7 +130,10 @@ def headline_sentence(figures_dir: Path, data_dir: Path) -> str:
     reproduced = d["success_lo"] > 0 and d["oracle_read_lo"] > 0
     speed = _direction(d, "speed", "faster than", "slower than", "not shown faster than")
     sg, oc = table.loc["skillgate"], table.loc["outcome"]
-    text = (f"**The paper's headline table is {'' if reproduced else 'not '}reproduced at kit scale.** In `{regime}`, "
+    moved = _supplement_choice(data_dir, "skillgate")
+    text = (f"**The paper's headline table is {'' if reproduced else 'not '}reproduced at kit scale.** In `{regime}`"
+            + (f" (SkillGate at lambda {moved:g}, from a search below table 1's edge added after its results)"
+               if moved is not None else "") + ", "
             f"where the audit finds starvation, SkillGate learns the choice {speed} outcome-only GRPO (choice speed "
             f"(on-policy) {sg['speed']:.3f} vs {oc['speed']:.3f} logit/step, paired "
             f"{interval_pp(d['speed'], d['speed_lo'], d['speed_hi'], '{:+.3f}')})")
@@ -138,11 +141,24 @@ def headline_sentence(figures_dir: Path, data_dir: Path) -> str:
         text += (f" but the two end level within {_margin(d, 'oracle_read'):.1f} pp in oracle-read and "
                  f"{_margin(d, 'success'):.1f} pp in success ({int(d['seeds'])} paired seeds, test set).")
     else:
-        text += (f"; it ends {_direction(d, 'oracle_read', 'above', 'below', 'not shown above or below')} it in "
-                 f"oracle-read ({_pp(d, 'oracle_read')} pp) and "
-                 f"{_direction(d, 'success', 'above', 'below', 'not shown above or below')} in success "
-                 f"({_pp(d, 'success')} pp; {int(d['seeds'])} paired seeds, test set).")
+        words = ("it ends above it", "it ends below it", "it is not shown to differ")
+        text += (f"; in oracle-read {_direction(d, 'oracle_read', *words)} ({_pp(d, 'oracle_read')} pp), in success "
+                 f"{_direction(d, 'success', *words)} ({_pp(d, 'success')} pp; {int(d['seeds'])} paired seeds, "
+                 "test set).")
     return text
+
+
+def _supplement_choice(data_dir: Path, method: str) -> float | None:
+    """The value a supplement of the headline study chose for ``method`` where that supplement re-searched it
+    (:data:`skillgate_lib.report.study.SUPPLEMENTS`: its rows then stand in table 1), else None."""
+    from skillgate_lib.report.study import SUPPLEMENTS
+
+    value = None
+    for name in SUPPLEMENTS.get(HEADLINE_STUDY, ()):
+        path = data_dir / "runs" / "study" / name / "selection.json"
+        if path.exists() and method in (sel := json.loads(path.read_text())):
+            value = float(sel[method]["value"])
+    return value
 
 
 def success_by_regime(figures_dir: Path, data_dir: Path) -> pd.DataFrame:
@@ -222,8 +238,8 @@ def verdict(figures_dir: Path, data_dir: Path) -> str:
 
 
 def _same_setting_runs(study_dir: Path, other_dir: Path, method: str) -> tuple[int, int]:
-    """Of ``method``'s test records in ``study_dir``, how many equal (to the last digit) the record of the run in
-    ``other_dir`` with the same seed and the same settings (learning rate, lambda), and how many there are."""
+    """Of ``method``'s test records in ``study_dir`` that have a run in ``other_dir`` with the same seed and the same
+    settings (learning rate, lambda), how many equal its record to the last digit, and how many have one."""
     from skillgate_lib.report import study as study_report
 
     def keyed(d: Path) -> dict:
@@ -237,7 +253,8 @@ def _same_setting_runs(study_dir: Path, other_dir: Path, method: str) -> tuple[i
         return out
 
     ours, theirs = keyed(study_dir), keyed(other_dir)
-    return sum(1 for k, v in ours.items() if k in theirs and theirs[k] == v), len(ours)
+    shared = [k for k in ours if k in theirs]
+    return sum(1 for k in shared if theirs[k] == ours[k]), len(shared)
 
 
 def supplement(data_dir: Path, study: str, knob_label: str = "learning rate") -> str:
@@ -260,7 +277,8 @@ def supplement(data_dir: Path, study: str, knob_label: str = "learning rate") ->
     for method in selection:
         same, n = _same_setting_runs(root / study, root / HEADLINE_STUDY, method)
         lines.append(f"`{method}`: {same} of {n} test records equal those of table 1's run with the same seed and "
-                     "settings.\n")
+                     "settings.\n" if n else f"`{method}`: table 1's study has no run at the setting chosen here; "
+                     "its rows in table 1 are these.\n")
     return "\n".join(lines)
 
 
