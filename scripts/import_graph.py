@@ -16,13 +16,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent / "skillgate_lib"
 
 
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+def module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def graph() -> dict[str, set[str]]:
-    mods = {module_name(p): p for p in ROOT.rglob("*.py")}
+def modules(root: Path = ROOT) -> dict[str, Path]:
+    """Dotted module name -> file of every module under the package ``root``."""
+    return {module_name(p, root): p for p in sorted(root.rglob("*.py"))}
+
+
+def graph(root: Path = ROOT) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports anywhere in its file (lazy imports inside functions count)."""
+    mods = modules(root)
     edges: dict[str, set[str]] = {m: set() for m in mods}
     for m, path in mods.items():
         pkg = m if path.name == "__init__.py" else m.rsplit(".", 1)[0]

@@ -26,13 +26,18 @@ OUTSTANDING = {
 }
 
 
+def _import_graph():
+    """``scripts/import_graph.py``, the one reader of the library's modules and import edges."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("import_graph", paths.REPO_ROOT / "scripts" / "import_graph.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _modules(root: Path) -> dict[str, Path]:
-    """Dotted module name -> file of every module under ``root`` (a package's ``__init__`` is the package)."""
-    out = {}
-    for path in sorted(root.rglob("*.py")):
-        parts = list(path.relative_to(root.parent).with_suffix("").parts)
-        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    return out
+    return _import_graph().modules(root)
 
 
 def public_definitions(root: Path = LIB) -> dict[str, list[str]]:
@@ -54,23 +59,7 @@ def duplicated_names(root: Path = LIB) -> dict[str, list[str]]:
 
 def import_edges(root: Path = LIB) -> dict[str, set[str]]:
     """Module -> the library's modules it imports anywhere in its file (inside functions too)."""
-    mods = _modules(root)
-    edges: dict[str, set[str]] = {m: set() for m in mods}
-    for m, path in mods.items():
-        package = m if path.name == "__init__.py" else m.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-            if isinstance(node, ast.Import):
-                targets = {a.name for a in node.names}
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                    base = ".".join(up + ([base] if base else []))
-                targets = {f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names}
-            else:
-                continue
-            edges[m] |= {t for t in targets if t in mods and t != m}
-    return edges
+    return _import_graph().graph(root)
 
 
 def import_cycles(prefix: str, root: Path = LIB) -> list[list[str]]:

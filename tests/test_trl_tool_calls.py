@@ -221,22 +221,29 @@ def _trainer_class():
     return Scripted
 
 
+
+def _model_and_rows(tok, prompts):
+    """A tiny random GQA Llama for ``tok`` and one dataset row per prompt, each with the slate :data:`SLATE`."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                                         pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id))
+    rows = [{"prompt": [{"role": "user", "content": p}], "skill_names": list(SLATE),
+             "skill_categories": list(SLATE.values())} for p in prompts]
+    return model, rows
+
 @pytest.fixture(scope="module")
 def json_run(tmp_path_factory):
     pytest.importorskip("trl")
     peft = pytest.importorskip("peft")
     from datasets import Dataset
-    from transformers import LlamaConfig, LlamaForCausalLM
     from trl import GRPOConfig
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     torch.manual_seed(0)
     tok = chat_tokenizer()
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                                         pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id))
-    rows = [{"prompt": [{"role": "user", "content": p}], "skill_names": list(SLATE),
-             "skill_categories": list(SLATE.values())} for p in PROMPTS]
+    model, rows = _model_and_rows(tok, PROMPTS)
     out = tmp_path_factory.mktemp("trl_json")
     args = GRPOConfig(output_dir=str(out), report_to="none", max_steps=2, num_generations=4,
                       per_device_train_batch_size=len(FIRST_TURNS), max_completion_length=120, logging_steps=1,
@@ -337,18 +344,13 @@ def failing_run(tmp_path_factory):
     pytest.importorskip("trl")
     peft = pytest.importorskip("peft")
     from datasets import Dataset
-    from transformers import LlamaConfig, LlamaForCausalLM
     from trl import GRPOConfig
 
     global FIRST_TURNS
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     torch.manual_seed(0)
     tok = chat_tokenizer()
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                                         pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id))
-    rows = [{"prompt": [{"role": "user", "content": p}], "skill_names": list(SLATE),
-             "skill_categories": list(SLATE.values())} for p in PROMPTS[:2]]
+    model, rows = _model_and_rows(tok, PROMPTS[:2])
     out = tmp_path_factory.mktemp("trl_failing")
     args = GRPOConfig(output_dir=str(out), report_to="none", max_steps=1, num_generations=4,
                       per_device_train_batch_size=len(FAILING_TURNS), max_completion_length=160, logging_steps=1,
