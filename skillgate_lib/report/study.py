@@ -241,7 +241,7 @@ def _label(method: str) -> str:
 
 #: The line under the test-set table that says what its cells are.
 TABLE_LEGEND = ("Mean over seeds [95 % Student-t interval over seeds; for rates cut to [0, 100] %; the warm start, "
-                "one model: Wilson over test instances]. "
+                "one model: Wilson over test instances]. *Reads*: reads per trial (its interval in the CSV). "
                 f"*Choice speed (on-policy)*: slope of logit(on-policy oracle-read) over GRPO steps 1-{SPEED_STEPS}, "
                 "logit per step. *Paper*: the reference's numbers (success / oracle-read / misleading-read %).")
 
@@ -257,7 +257,7 @@ def table_markdown(table: pd.DataFrame, reference: pd.DataFrame | None = None) -
     for _, r in table.iterrows():
         m = methods.METHODS.get(r["method"])
         cells = [f"{r[c]:.1f} [{r[c + '_lo']:.1f}, {r[c + '_hi']:.1f}]" for c in ("success", "oracle_read", "misleading_read")]
-        cells.append(f"{r['reads']:.2f}" + (f" [{r['reads_lo']:.2f}, {r['reads_hi']:.2f}]" if not math.isnan(r["reads_lo"]) else ""))
+        cells.append(f"{r['reads']:.2f}")  # its interval is in the CSV: a column of "1.00 [1.00, 1.00]" crowds the lab
         if speed:
             cells.append(_signed(r, "speed", "{:+.3f}"))
         paper = ref.loc[m.paper_row] if ref is not None and m is not None and m.paper_row in ref.index else None
