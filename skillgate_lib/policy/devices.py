@@ -1,4 +1,10 @@
-"""Where the policy runs: ``--device auto|cpu|cuda`` and the optional bf16 autocast on CUDA.
+"""Where the policy runs: ``--device auto|cpu|cuda`` and the optional bf16 autocast.
+
+bf16 autocast runs the matmuls in bf16 and keeps the parameters (LoRA weights included), the
+optimizer state, the loss and the log-probabilities in fp32 (autocast upcasts ``log_softmax``).
+On the CPU it is allowed only where the CPU multiplies bf16 natively (the ``amx_bf16`` or
+``avx512_bf16`` flag): elsewhere bf16 is emulated and slower than fp32. It pays at a pretrained
+model's shapes (wide matmuls); the embedded tiny model is bound by per-call work and stays fp32.
 
 Sampling stays on the CPU's random stream whatever the device: the next-token probabilities
 are moved to the CPU and drawn from the run's seeded ``torch.Generator`` there
@@ -9,6 +15,7 @@ runs differ between devices only where the logits round differently.
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 
 import torch
 
@@ -27,20 +34,50 @@ def resolve(spec: str = "auto") -> torch.device:
     return torch.device(spec)
 
 
+#: The CPU flags that mean native bf16 matmuls (Intel AMX, AVX-512 BF16).
+NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+
+
+def native_bf16_cpu(cpuinfo: str | Path = "/proc/cpuinfo") -> str | None:
+    """The flag by which this CPU multiplies bf16 natively (:data:`NATIVE_BF16_FLAGS`), or None (also where
+    ``cpuinfo`` cannot be read)."""
+    try:
+        flags = set(Path(cpuinfo).read_text().split())
+    except OSError:
+        return None
+    return next((f for f in NATIVE_BF16_FLAGS if f in flags), None)
+
+
 def check_bf16(device: torch.device, bf16: bool) -> None:
-    """bf16 autocast is a CUDA option: refuse it on the CPU instead of silently running fp32."""
-    if bf16 and device.type != "cuda":
-        raise ValueError(f"bf16 autocast needs a CUDA device; the run resolves to {device}")
+    """Refuse bf16 autocast where it would not pay: on a CPU without native bf16 matmuls (emulated bf16 is slower
+    than fp32), and on a device that is neither CPU nor CUDA."""
+    if not bf16:
+        return
+    if device.type == "cpu" and native_bf16_cpu() is None:
+        raise ValueError(f"bf16 autocast on {device}: this CPU has no native bf16 matmuls (none of the flags "
+                         f"{', '.join(NATIVE_BF16_FLAGS)}), so bf16 would run slower than fp32; drop --bf16")
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"bf16 autocast needs a CPU with native bf16 matmuls or a CUDA device; the run resolves to {device}")
 
 
 def autocast(device: torch.device, bf16: bool):
-    """A bf16 autocast context on CUDA when ``bf16``, else a no-op (fp32 everywhere)."""
-    if bf16 and device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
+    """A bf16 autocast context on ``device`` (CPU or CUDA) when ``bf16``, else a no-op (fp32 everywhere)."""
+    if bf16 and device.type in ("cpu", "cuda"):
+        return torch.autocast(device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
+
+
+def precision_line(device: torch.device, bf16: bool) -> str:
+    """Which precision a run computes in, as one line for its log."""
+    if not bf16:
+        return f"precision: fp32 on {device}"
+    native = f", native bf16 matmuls ({native_bf16_cpu()})" if device.type == "cpu" else ""
+    return (f"precision: bf16 autocast on {device}{native}; parameters, LoRA weights, optimizer state, loss and "
+            "log-probabilities in fp32")
 
 
 def add_device_arguments(parser) -> None:
     """``--device`` and ``--bf16`` on an argparse parser (the dataclass commands get them as fields)."""
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda (default: auto)")
-    parser.add_argument("--bf16", action="store_true", help="bf16 autocast of the forward passes (CUDA only)")
+    parser.add_argument("--bf16", action="store_true",
+                        help="bf16 autocast of the forward passes (CUDA, or a CPU with native bf16 matmuls)")

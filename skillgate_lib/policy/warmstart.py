@@ -92,7 +92,7 @@ class WarmStartConfig:
     device: str = "auto"
     """Where the model trains: auto (CUDA when present), cpu or cuda."""
     bf16: bool = False
-    """bf16 autocast of the forward passes (CUDA only)."""
+    """bf16 autocast of the forward passes (CUDA, or a CPU with native bf16 matmuls; :mod:`skillgate_lib.policy.devices`)."""
     log_every: int = 25
     """Log loss and per-token-type accuracy every N steps."""
     checkpoint_every: int = 100

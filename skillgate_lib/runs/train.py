@@ -125,7 +125,7 @@ class TrainConfig:
     device: str = "auto"
     """Where the policy runs: auto (CUDA when present), cpu or cuda. Sampling draws from the CPU stream on any device."""
     bf16: bool = False
-    """bf16 autocast of the forward passes (CUDA only); fp32 otherwise."""
+    """bf16 autocast of the forward passes (CUDA, or a CPU with native bf16 matmuls; :mod:`skillgate_lib.policy.devices`); fp32 otherwise."""
     length_buckets: int = 4
     """Row groups of similar response length in the update's forwards (1 = one batch padded to the longest
     response). Speed only: the numbers agree up to rounding, like ``threads``."""
@@ -541,6 +541,8 @@ class TrainingRun:
         self.env, self.eval_env = make_env(cfg), make_env(cfg, train=False)
         device = devices.resolve(cfg.device)
         devices.check_bf16(device, cfg.bf16)
+        if cfg.bf16:
+            print(devices.precision_line(device, cfg.bf16), flush=True)
         base, self.tokenizer = policy if policy is not None else load_policy(cfg.model)
         self.model, self.params, self.opt, self.ccfg, self.skill_values = setup_training(base.to(device), cfg)
         self.start = 0
