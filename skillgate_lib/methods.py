@@ -126,6 +126,11 @@ class _Colors(Mapping):
         return sum(1 for _ in self)
 
 
+def label(name: str) -> str:
+    """A method's display name from the registry (the name itself for a series it does not know)."""
+    return METHODS[name].label if name in METHODS else name
+
+
 def colors(**extra: str) -> Mapping[str, str]:
     """A read-only ``name -> colour`` mapping over the registry (methods registered later included) and ``extra``."""
     return _Colors(extra)

@@ -84,11 +84,6 @@ set_style()
 WIDTH = 8.0
 
 
-def method_label(name: str) -> str:
-    """A method's display name from the registry (the name itself for a series it does not know)."""
-    return methods.METHODS[name].label if name in methods.METHODS else name
-
-
 def legend_below(fig: plt.Figure, axes, ncol: int = 4) -> None:
     """One legend for all ``axes`` (each label once), centred under them, outside the data."""
     handles, labels = {}, []
@@ -252,7 +247,7 @@ def learning_curves_figure(curves: pd.DataFrame, measures=tuple(EVAL_MEASURES)) 
             # clip_on=False: a method that stays at 0 (skill-free RL reads nothing) stays visible on the axis;
             # each method its own dash and marker, so that two methods on the same values both show
             ax.plot(stats.index, stats["mean"], marker=_MARKERS[i % len(_MARKERS)], ms=4, mfc="none",
-                    ls=_DASHES[i % len(_DASHES)], label=method_label(method), color=color, clip_on=False, zorder=3)
+                    ls=_DASHES[i % len(_DASHES)], label=methods.label(method), color=color, clip_on=False, zorder=3)
             ax.fill_between(stats.index, stats["min"], stats["max"], alpha=0.15, color=color, lw=0)
         ax.set(ylabel=EVAL_MEASURES.get(measure, measure))
         if measure == "eval/reads":
@@ -279,7 +274,7 @@ def by_horizon_figure(df: pd.DataFrame) -> plt.Figure:
     for ax, measure in zip(axes[0], measures):
         for method, sub in df[df["measure"] == measure].groupby("method", sort=False):
             ax.errorbar(sub["horizon"] + shift[method], sub["mean"], yerr=sub["sd"], marker="o", ms=3.5, lw=1.3,
-                        elinewidth=0.8, capsize=0, label=method_label(method), color=METHOD_COLORS.get(method),
+                        elinewidth=0.8, capsize=0, label=methods.label(method), color=METHOD_COLORS.get(method),
                         clip_on=False, zorder=3)
         ax.set(xlabel="horizon $H$ (execution steps)", ylabel=f"held-out {measure.replace('_', '-')} rate"
                if measure != "success" else "held-out success")
@@ -312,7 +307,7 @@ def token_credit(df: pd.DataFrame, title: str = "", per_line: int = 8) -> plt.Fi
             dark = r["weight"] != 0 and abs(shade - 0.5) > 0.3  # white text on the deep colours
             ax.text(x + 0.5, y - 0.49, label, ha="center", va="center", fontsize=9, color="white" if dark else "black")
         ax.set(xlim=(0, per_line), ylim=(-lines, 0.02))
-        ax.set_title(method_label(method), loc="left", fontsize="medium")
+        ax.set_title(methods.label(method), loc="left", fontsize="medium")
         ax.axis("off")
     bar = fig.colorbar(plt.cm.ScalarMappable(Normalize(-vmax, vmax), cmap), cax=axes[-1], orientation="horizontal")
     bar.set_ticks([-vmax, 0, vmax], labels=["pushed down", "0", "pushed up"])

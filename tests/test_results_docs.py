@@ -50,6 +50,10 @@ def test_leading_number_reads_the_estimate_of_an_interval_cell():
     assert markdown.leading_number("-0.6 [-0.8, -0.4]") == -0.6
     with pytest.raises(ValueError, match="no number"):
         markdown.leading_number("[1, 2]")
+    assert markdown.interval_cell("-1.7 [-3.4, +0.0]") == (-1.7, -3.4, 0.0)
+    assert markdown.interval_cell(markdown.interval_pp(1.25, -0.5, 3.0)) == (1.2, -0.5, 3.0)
+    with pytest.raises(ValueError, match="not 'estimate \\[low, high\\]'"):
+        markdown.interval_cell("98.0 %")
 
 
 def test_readme_is_a_short_guide_with_the_verdict_up_front():

@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from skillgate_lib import paths
-from skillgate_lib.report.markdown import interval_pp, leading_number, markdown_table
+from skillgate_lib.report.markdown import interval_cell, interval_pp, leading_number, markdown_table
 
 _BLOCK = re.compile(r"(<!-- generated: (?P<name>[a-z0-9_]+) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
 
@@ -177,8 +177,8 @@ def success_by_regime(figures_dir: Path, data_dir: Path) -> pd.DataFrame:
     for folder in DIAGNOSED:
         d = data_dir / "runs" / "diagnosis" / folder
         cell = pd.read_csv(d / "summary.csv", dtype=str).set_index("condition").loc["skillgate", "success - outcome (pp)"]
-        lo, hi = (float(v) for v in re.search(r"\[([^,]+),\s*([^\]]+)\]", cell).groups())
-        rows.append({"regime": folder, "diff": leading_number(cell), "lo": lo, "hi": hi,
+        diff, lo, hi = interval_cell(cell)
+        rows.append({"regime": folder, "diff": diff, "lo": lo, "hi": hi,
                      "searched": (d / "search.csv").exists()})
     return pd.DataFrame(rows)
 
@@ -248,7 +248,7 @@ def _same_setting_runs(study_dir: Path, other_dir: Path, method: str) -> tuple[i
         cols = [c for c in t.columns if c.startswith("test/")]
         out = {}
         for _, r in t.iterrows():
-            cfg = json.loads((d / r["run"] / "config.json").read_text())
+            cfg = json.loads((Path(r["run_dir"]) / "config.json").read_text())
             out[(int(cfg["seed"]), float(cfg["lr"]), float(cfg.get("selector_coef", 0)))] = r[cols].tolist()
         return out
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 _LEADING_NUMBER = re.compile(r"^\s*([+-]?\d+(?:\.\d+)?)")
+_INTERVAL = re.compile(r"^\s*([+-]?\d+(?:\.\d+)?)\s*\[\s*([+-]?\d+(?:\.\d+)?),\s*([+-]?\d+(?:\.\d+)?)\]")
 
 
 def leading_number(cell) -> float:
@@ -15,6 +16,14 @@ def leading_number(cell) -> float:
     if match is None:
         raise ValueError(f"no number at the start of table cell {cell!r}")
     return float(match.group(1))
+
+
+def interval_cell(cell) -> tuple[float, float, float]:
+    """The estimate and 95 % bounds of a table cell written as ``"-0.6 [-0.9, -0.3]"`` (:func:`interval_pp`'s form)."""
+    match = _INTERVAL.match(str(cell))
+    if match is None:
+        raise ValueError(f"table cell {cell!r} is not 'estimate [low, high]'")
+    return tuple(float(v) for v in match.groups())
 
 
 def markdown_table(header: list[str], rows: list[list[str]], align: str) -> str:

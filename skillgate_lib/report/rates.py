@@ -280,7 +280,8 @@ def curves_figure(curves: pd.DataFrame, optimizer_studies: list[str] | None = No
     """Validation oracle-read by step, one panel per study: each seed thin, the mean over seeds thick."""
     import matplotlib.pyplot as plt
 
-    from skillgate_lib.plots import METHOD_COLORS, WIDTH, method_label
+    from skillgate_lib.methods import label as method_label
+    from skillgate_lib.plots import METHOD_COLORS, WIDTH
 
     names = optimizer_studies or sorted(curves["study"].unique())
     fig, axes = plt.subplots(1, len(names), figsize=(WIDTH * 1.35, 2.8), sharey=True, squeeze=False)
@@ -396,9 +397,10 @@ def rate_summary(table: pd.DataFrame, fit: pd.DataFrame) -> str:
                    + "; ".join(f"the {p}'s overstates the ratio {math.exp(-r['mean_residual']):.0f}-fold on average "
                                f"(at worst {math.exp(r['max_abs_residual']):.0f}-fold)"
                                for p, r in theory.iterrows() if p != best and r["mean_residual"] < 0) + ".")
-        if CONSTANT in scored.index:
-            out.append(predictor_sentence(fit.reset_index())[0].upper() + predictor_sentence(fit.reset_index())[1:]
-                       + "; the threshold a prediction had to meet was not fixed before the runs.")
+        sentence = predictor_sentence(fit.reset_index())
+        if sentence:
+            out.append(sentence[:1].upper() + sentence[1:] + "; the threshold a prediction had to meet was not fixed "
+                       "before the runs.")
     others = table[table["optimizer"] != "adamw"]
     for regime, g in table[table["regime"].isin(others["regime"])].groupby("regime", sort=True):
         each = "; ".join(f"{r.optimizer} {_ratio(r)}, paired slope {_diff(r)}: {faster_word(r)}" if r.outcome_learns
@@ -453,7 +455,7 @@ def verdict_sentence(table: pd.DataFrame, fit: pd.DataFrame) -> str:
     """The README verdict's sentence on the rate study (AdamW studies): where outcome-only GRPO learns the choice, how
     much faster SkillGate learns it (with the rule that picks those studies flagged as added after results, and
     the ratios it leaves out), whether the theory predicts it better than a constant, and what happens where
-    outcome-only does not learn. Each word is backed by an interval (:func:`_faster_word`)."""
+    outcome-only does not learn. Each word is backed by an interval (:func:`faster_word`)."""
     t = table[table["optimizer"] == "adamw"]
     rated = t[t["outcome_learns"]]
     stalled = t[~t["outcome_learns"]]

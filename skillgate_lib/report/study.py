@@ -127,12 +127,10 @@ def shared_rollouts(tests: pd.DataFrame, method: str, other: str,
     return pd.DataFrame(rows)
 
 
-def with_choice_speed(tests: pd.DataFrame, study_dir: str | Path, upto: int = SPEED_STEPS) -> pd.DataFrame:
+def with_choice_speed(tests: pd.DataFrame, upto: int = SPEED_STEPS) -> pd.DataFrame:
     """``tests`` (:func:`test_results`) with a ``speed`` column: :func:`choice_speed` of each run (NaN for the
     warm start)."""
-    study_dir = Path(study_dir)
-    speed = [math.nan if r == "warmstart" else choice_speed(d if isinstance(d, str) else study_dir / r, upto)
-             for r, d in zip(tests["run"], tests.get("run_dir", pd.Series([None] * len(tests))))]
+    speed = [math.nan if r == "warmstart" else choice_speed(d, upto) for r, d in zip(tests["run"], tests["run_dir"])]
     return tests.assign(speed=speed)
 
 
@@ -234,11 +232,6 @@ def validation_curves(study_dir: str | Path) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def _label(method: str) -> str:
-    m = methods.METHODS.get(method)
-    return m.label if m is not None else method
-
-
 #: The line under the test-set table that says what its cells are.
 TABLE_LEGEND = ("Mean over seeds [95 % Student-t interval over seeds; for rates cut to [0, 100] %; the warm start, "
                 "one model: Wilson over test instances]. *Reads*: reads per trial (its interval in the CSV). "
@@ -264,7 +257,7 @@ def table_markdown(table: pd.DataFrame, reference: pd.DataFrame | None = None) -
         cells.append(" / ".join(f"{paper[c]:.1f}" for c in ("success", "oracle_read", "misleading_read"))
                      if paper is not None else "–")
         seeds = "1 model" if r["method"] == "sft" else str(int(r["seeds"]))
-        lines.append(f"| {_label(r['method'])} | {seeds} | " + " | ".join(cells) + " |")
+        lines.append(f"| {methods.label(r['method'])} | {seeds} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n\n" + TABLE_LEGEND + "\n"
 
 
@@ -280,13 +273,13 @@ def paired_markdown(diffs: pd.DataFrame, method: str = "skillgate") -> str:
     """The paired differences as Markdown (percentage points, Student-t 95 % interval over shared seeds; the choice
     speed (on-policy) in logit per step where ``diffs`` has it), every method by its label."""
     speed = "speed" in diffs
-    lines = [f"| {_label(method)} minus | seeds | success pp | oracle-read pp | misleading-read pp |"
+    lines = [f"| {methods.label(method)} minus | seeds | success pp | oracle-read pp | misleading-read pp |"
              + (" choice speed (on-policy) |" if speed else ""), "|---|---:|---:|---:|---:|" + ("---:|" if speed else "")]
     for _, r in diffs.iterrows():
         cells = [_signed(r, c, "{:+.1f}") for c in ("success", "oracle_read", "misleading_read")]
         if speed:
             cells.append(_signed(r, "speed", "{:+.3f}"))
-        lines.append(f"| {_label(r['baseline'])} | {int(r['seeds'])} | " + " | ".join(cells) + " |")
+        lines.append(f"| {methods.label(r['baseline'])} | {int(r['seeds'])} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -336,7 +329,7 @@ def study_tables(study_dir: str | Path, reference: pd.DataFrame | None = None, m
     """The test-set table of a study (its supplements' arms in place: :func:`with_supplements`) with the choice speed
     as a column, ``method`` minus each other arm paired by seed, and their Markdown (beside ``reference``, the
     paper's numbers, where given)."""
-    tests = with_choice_speed(with_supplements(test_results(study_dir), study_dir), study_dir)
+    tests = with_choice_speed(with_supplements(test_results(study_dir), study_dir))
     table = summary_table(tests)
     diffs = paired_differences(tests, method, measures=("success", "oracle_read", "misleading_read", "speed"))
     return StudyTables(tests, table, diffs, table_markdown(table, reference) + "\n" + paired_markdown(diffs, method))

@@ -14,7 +14,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import PercentFormatter
 
-from skillgate_lib.plots import METHOD_COLORS, WIDTH, legend_below, method_label
+from skillgate_lib.methods import label as method_label
+from skillgate_lib.plots import METHOD_COLORS, WIDTH, legend_below
 
 _RATES = (("success", "success"), ("oracle_read", "oracle-read"))
 
