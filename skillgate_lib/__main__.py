@@ -17,6 +17,7 @@ COMMANDS = {
     "compare": ("skillgate_lib.runs.compare", "every method x seeds, same budget"),
     "study": ("skillgate_lib.runs.study", "the powered comparison: equal search on validation, seeds, the test set"),
     "speed": ("skillgate_lib.runs.speed", "the rate study: how fast each arm learns the choice, by regime and optimizer"),
+    "predict": ("skillgate_lib.runs.predict", "predict SkillGate's speed-up from a few GRPO steps of each arm (lookahead)"),
     "probe": ("skillgate_lib.runs.probe", "audit the warm start's outcome-only rollouts in a regime, before training"),
     "audit": ("skillgate_lib.audit", "Share / Sign / Value by horizon for any run's logs"),
 }
