@@ -12,6 +12,7 @@ import sys
 COMMANDS = {
     "notebooks": ("skillgate_lib.notebooks", "execute the notebooks headless with papermill"),
     "warmstart": ("skillgate_lib.policy.warmstart", "SFT warm start of the embedded model (cached)"),
+    "warmstart-lora": ("skillgate_lib.policy.lora_warmstart", "LoRA warm start of a pretrained chat model (SmolLM2)"),
     "train": ("skillgate_lib.runs.train", "LoRA GRPO fine-tune with a chosen credit assigner"),
     "evaluate": ("skillgate_lib.runs.evaluate", "held-out metrics of a model or a trained adapter"),
     "compare": ("skillgate_lib.runs.compare", "every method x seeds, same budget"),

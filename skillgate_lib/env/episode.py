@@ -386,6 +386,13 @@ class SkillSlateEnv:
 
     # ------------------------------------------------------------------ tool calls
 
+    @staticmethod
+    def read_call(name: str) -> tuple[str, tuple[int, int]]:
+        """The read call of skill ``name`` as the policy writes it, and the character span of the name's words in it."""
+        words = display_name(name)
+        start = len(READ_OPEN) + 1
+        return f"{READ_OPEN} {words} {READ_CLOSE}", (start, start + len(words))
+
     def _insertion(self, slate: Slate, inner: Sequence[str], k: int) -> str:
         """The environment's text after the k-th (1-based) read whose words are ``inner``."""
         if k > self.max_reads:

@@ -18,7 +18,7 @@ Both engines hand over token ids, never the kit's read annotations, so both reco
 read actions the same way, with :func:`find_reads` below: one function and a read syntax,
 by default :data:`DEFAULT_READ_FORMAT` (:class:`EitherReadFormat`: the kit's ``<read> words </read>``
 and JSON tool calls as chat templates render them), or one of them alone, :class:`ReadFormat` or
-:class:`JsonReadFormat` (:mod:`~skillgate_lib.integrations.read_formats`). A read's words
+:class:`JsonReadFormat` (:mod:`~skillgate_lib.env.read_formats`). A read's words
 name the skill of the same :func:`~skillgate_lib.integrations.skill_keys.skill_key` (case and
 separators ignored); the tools that serve bodies resolve names the same way, and a slate with two
 names of one key is refused (:func:`slate_index`). The credit itself is always
@@ -34,7 +34,7 @@ import torch
 
 from skillgate_lib.credit import Credit, CreditConfig, CreditInputs, ReadSpan, assign, kept_groups
 from skillgate_lib.env.names import skill_name
-from skillgate_lib.integrations.read_formats import (
+from skillgate_lib.env.read_formats import (
     DEFAULT_READ_FORMAT,
     CallSpan,
     EitherReadFormat,
@@ -46,7 +46,7 @@ from skillgate_lib.integrations.read_formats import (
 from skillgate_lib.integrations.skill_keys import SkillIndex, SkillNameCollision, skill_key
 
 AnyReadFormat = Union[ReadFormat, JsonReadFormat, EitherReadFormat]
-"""A read syntax: anything with ``calls(text) -> list[CallSpan]`` (:mod:`~skillgate_lib.integrations.read_formats`)."""
+"""A read syntax: anything with ``calls(text) -> list[CallSpan]`` (:mod:`~skillgate_lib.env.read_formats`)."""
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ A chat model whose template renders tool calls (``<tool_call>{"name": "read", "a
 {"skill": ...}}</tool_call>``, with a ``response_template`` that parses them) keeps its own
 template; the default ``read_format`` (:data:`~skillgate_lib.integrations.DEFAULT_READ_FORMAT`)
 finds such calls as well as the kit's syntax (``JsonReadFormat()`` alone also works;
-:mod:`skillgate_lib.integrations.read_formats`). TRL's tool loop calls :meth:`SkillReads.read` with
+:mod:`skillgate_lib.env.read_formats`). TRL's tool loop calls :meth:`SkillReads.read` with
 the parsed arguments and inserts the reply as the tool turn; the trainer finds each read's
 skill-name tokens inside the JSON (the selector channel) and leaves the turn as generated (the
 model's end-of-turn token ends it). Names are matched case- and separator-insensitively

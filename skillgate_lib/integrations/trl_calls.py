@@ -19,7 +19,7 @@ import contextlib
 from typing import Any, Iterator, Mapping, Sequence
 
 from skillgate_lib.integrations.kit_chat import READ_TOOL
-from skillgate_lib.integrations.read_formats import call_arguments
+from skillgate_lib.env.read_formats import call_arguments
 from skillgate_lib.integrations.skill_keys import skill_key
 
 TRL_FAILURE_PREFIX = "{'error': "

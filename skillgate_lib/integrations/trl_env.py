@@ -17,7 +17,7 @@ from skillgate_lib.env.episode import READ_CLOSE, READ_OPEN
 from skillgate_lib.env.names import display_name
 from skillgate_lib.integrations.deps import import_engine
 from skillgate_lib.integrations.kit_chat import READ_TOOL
-from skillgate_lib.integrations.read_formats import call_arguments
+from skillgate_lib.env.read_formats import call_arguments
 from skillgate_lib.integrations.serving import serve_read
 from skillgate_lib.integrations.skill_keys import SkillIndex
 

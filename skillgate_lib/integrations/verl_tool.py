@@ -37,7 +37,7 @@ from typing import Any
 from skillgate_lib.integrations import ReadFormat, SkillIndex
 from skillgate_lib.integrations.deps import missing
 from skillgate_lib.integrations.kit_chat import READ_TOOL
-from skillgate_lib.integrations.read_formats import call_arguments
+from skillgate_lib.env.read_formats import call_arguments
 from skillgate_lib.integrations.serving import serve_read
 from skillgate_lib.integrations.verl_data import episode_of, regime_env
 

@@ -137,8 +137,11 @@ def model_fingerprint(spec: str) -> str | None:
     """
     import hashlib
 
-    path = TINY_MODELS.get(spec, Path(spec))
-    weights = path / "model.safetensors"
+    if spec in ADAPTER_MODELS:
+        path, weights = ADAPTER_MODELS[spec][1], ADAPTER_MODELS[spec][1] / "adapter_model.safetensors"
+    else:
+        path = TINY_MODELS.get(spec, Path(spec))
+        weights = path / "model.safetensors"
     if not weights.is_file():
         return None
     digest = hashlib.sha256()
@@ -148,11 +151,27 @@ def model_fingerprint(spec: str) -> str | None:
     return digest.hexdigest()[:16]
 
 
+#: Warm starts committed as LoRA adapters on a pretrained model: name -> (base model spec, adapter directory).
+#: ``load_policy(name)`` merges the adapter into the base, so a run trains fresh LoRA on top of the warm start.
+ADAPTER_MODELS = {"smollm2-sft": ("smollm2-135m", paths.DATA_DIR / "models" / "smollm2-sft")}
+
+
 def load_policy(spec: str):
     """``(model, tokenizer)`` for ``tiny`` (the committed RL warm start), ``tiny-base`` (the
-    oracle-only capacity model), ``smollm2-135m``, or a Hugging Face id / local path."""
+    oracle-only capacity model), ``smollm2-135m``, a warm start of :data:`ADAPTER_MODELS`
+    (``smollm2-sft``: its adapter merged into the base), or a Hugging Face id / local path."""
     from skillgate_lib.env.tokenizer import load_tokenizer
 
+    if spec in ADAPTER_MODELS:
+        base_spec, adapter = ADAPTER_MODELS[spec]
+        if not (adapter / "adapter_config.json").exists():
+            raise FileNotFoundError(f"{adapter}: no adapter_config.json; build it with python -m skillgate_lib warmstart-lora "
+                                    f"--out {adapter} (see its README)")
+        from peft import PeftModel
+
+        base, tokenizer = load_policy(base_spec)
+        with quiet_loading():
+            return PeftModel.from_pretrained(base, adapter).merge_and_unload(), tokenizer
     if spec in TINY_MODELS:
         path = TINY_MODELS[spec]
         if not (path / "config.json").exists():

@@ -84,7 +84,9 @@ def annotate(episode: Episode, env: SkillSlateEnv, tokenizer, rng=None) -> None:
     """
     episode.text = tokenizer.decode(episode.response_ids, skip_special_tokens=True)
     episode.outcome = env.score(episode.task, episode.slate, episode.text, rng=rng)
-    calls = [(m.start(), m.end()) for m in _READ_CALL.finditer(episode.text)]
+    read_format = getattr(env, "read_format", None)  # the chat rendering's JSON calls, else the word format's tags
+    calls = ([(c.call_start, c.call_end) for c in read_format.calls(episode.text)] if read_format is not None
+             else [(m.start(), m.end()) for m in _READ_CALL.finditer(episode.text)])
     spans, names = [], []
     for read in episode.outcome.reads:
         call = next(((s, e) for s, e in calls if s <= read.char_start and read.char_end <= e), (read.char_start, read.char_end))

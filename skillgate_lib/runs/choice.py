@@ -8,7 +8,8 @@ sampling), normalised over the slate's names::
 
     P(oracle | slate) = exp(s_oracle) / sum_i exp(s_i),   s_i = log p(name_i words, closer | prompt, opener)
 
-The closer is scored so that a name that is a prefix of another ("ledger credit" beside "ledger
+The call is written as ``env`` writes it (``env.read_call``: the word format's ``<read> words </read>``
+or the chat rendering's JSON tool call, :mod:`skillgate_lib.env.chat`). What closes the call is scored so that a name that is a prefix of another ("ledger credit" beside "ledger
 credit ruby") is not favoured. Reported per prompt and as two summaries, the mean over prompts
 (``choice``) and its logit (``choice_logit``, the scale the rate study's slopes use).
 """
@@ -20,23 +21,17 @@ import math
 import numpy as np
 import torch
 
-from skillgate_lib.env import READ_CLOSE, READ_OPEN, SkillSlateEnv, display_name, token_spans
+from skillgate_lib.env import SkillSlateEnv, token_spans
 from skillgate_lib.policy.batching import pack, response_logprobs
 from skillgate_lib.policy.rollout import Episode
 from skillgate_lib.seeding import stream_seed
 
 
-def read_call(name: str) -> tuple[str, tuple[int, int]]:
-    """The read call of skill ``name`` as the policy writes it, and the character span of the name's words in it."""
-    words = display_name(name)
-    start = len(READ_OPEN) + 1
-    return f"{READ_OPEN} {words} {READ_CLOSE}", (start, start + len(words))
-
-
-def call_episode(tokenizer, prompt_ids: list[int], task, slate, group: int, name: str, scored: str) -> Episode:
-    """A teacher sequence: ``prompt_ids`` then the read call of ``name``, with the policy mask on ``scored``:
-    ``"name"`` (its words), ``"name+close"`` (its words and the closer) or ``"call"`` (opener, words, closer)."""
-    call, (s, e) = read_call(name)
+def call_episode(env, tokenizer, prompt_ids: list[int], task, slate, group: int, name: str, scored: str) -> Episode:
+    """A teacher sequence: ``prompt_ids`` then the read call of ``name`` as ``env`` writes it (``env.read_call``: the
+    word format's or the chat rendering's), with the policy mask on ``scored``: ``"name"`` (its words),
+    ``"name+close"`` (its words and what closes the call) or ``"call"`` (the whole call)."""
+    call, (s, e) = env.read_call(name)
     ids = tokenizer(call, add_special_tokens=False)["input_ids"]
     (ns, ne), = token_spans(tokenizer, call, [(s, e)])
     if scored == "name":
@@ -72,7 +67,7 @@ def oracle_choice(model, tokenizer, env: SkillSlateEnv, pairs: list[tuple], batc
                 if slate.oracle not in slate.names:
                     raise ValueError(f"the slate of task {g + start} does not hold its oracle {slate.oracle!r}")
                 prompt = tokenizer(env.prompt(task, slate), add_special_tokens=False)["input_ids"]
-                rows += [call_episode(tokenizer, prompt, task, slate, g, n, "name+close") for n in slate.names]
+                rows += [call_episode(env, tokenizer, prompt, task, slate, g, n, "name+close") for n in slate.names]
                 sizes.append(len(slate.names))
             packed = pack(rows, tokenizer.pad_token_id)
             logp = response_logprobs(model, packed)

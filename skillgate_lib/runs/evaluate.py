@@ -43,6 +43,7 @@ import pandas as pd
 import torch
 
 from skillgate_lib.env import SkillSlateEnv
+from skillgate_lib.env.chat import RENDERINGS, rendered
 from skillgate_lib.policy import devices
 from skillgate_lib.policy.devices import add_device_arguments
 from skillgate_lib.policy.rollout import Episode, generate
@@ -157,6 +158,8 @@ def evaluate_main(argv: list[str] | None = None) -> int:
                         "--adapter, else easy)")
     parser.add_argument("--step-failure", type=float, help="injected per-step failure (default: the regime's)")
     parser.add_argument("--domains", nargs="+", help="evaluate on these domains only")
+    parser.add_argument("--render", choices=RENDERINGS, help="how the episode is written: auto (the chat rendering for a "
+                        "model with a chat template, else the word format), words or chat (default: the run's, else auto)")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default: 2)")
     parser.add_argument("--json", action="store_true", help="print every measure as one JSON object")
     add_device_arguments(parser)
@@ -184,7 +187,8 @@ def evaluate_main(argv: list[str] | None = None) -> int:
     device = devices.resolve(args.device)
     devices.check_bf16(device, args.bf16)
     with devices.autocast(device, args.bf16):
-        summary = summarize(evaluate(model.to(device), tokenizer, regime.env(), args.tasks, regime.max_new_tokens,
+        env = rendered(regime.env(), tokenizer, args.render or config.get("render", "auto"))
+        summary = summarize(evaluate(model.to(device), tokenizer, env, args.tasks, regime.max_new_tokens,
                                      temperature=args.temperature, domains=args.domains, split=args.split))
     if args.json:
         print(json.dumps(summary, indent=1))

@@ -155,7 +155,7 @@ def lookahead_run(base, tokenizer, cfg: PredictConfig, arm: str, seed: int, pair
     device = devices.resolve(cfg.device)
     devices.check_bf16(device, tcfg.bf16)
     model, params, opt, ccfg, values = setup_training(copy.deepcopy(base).to(device), tcfg)
-    env, eval_env = make_env(tcfg), make_env(tcfg, train=False)
+    env, eval_env = make_env(tcfg, tokenizer=tokenizer), make_env(tcfg, False, tokenizer)
     t0 = time.perf_counter()
     with devices.autocast(device, tcfg.bf16):
         choice = [float(np.mean(oracle_choice(model, tokenizer, eval_env, pairs)))]
@@ -222,7 +222,7 @@ def predict(cfg: PredictConfig, out: str | Path, command: str = "", progress: bo
     done = {(r["arm"], r["seed"]) for r in record["runs"]}
     todo = [(a, s) for s in cfg.seeds for a in ARMS if (a, s) not in done]
     base, tokenizer = _base(cfg)
-    pairs = heldout_pairs(make_env(cfg.train_config(ARMS[0], 0), train=False), cfg.eval_tasks, "val")
+    pairs = heldout_pairs(make_env(cfg.train_config(ARMS[0], 0), train=False), cfg.eval_tasks, "val")  # tasks, slates
     t0 = time.perf_counter()
     with tqdm(total=len(todo) * cfg.steps, desc=f"lookahead {cfg.study or cfg.regime}", disable=not progress) as bar:
         for arm, seed in todo:

@@ -21,6 +21,7 @@ import torch
 from skillgate_lib import credit as credit_lib
 from skillgate_lib import logs
 from skillgate_lib.audit import report, run_audit
+from skillgate_lib.env.chat import rendered
 from skillgate_lib.env.regimes import REGIMES, Regime, get
 from skillgate_lib.policy import devices
 from skillgate_lib.policy.batching import pack
@@ -46,10 +47,10 @@ def probe(regime: Regime, out_dir: str | Path, model: str = "tiny", n_groups: in
     out_dir = Path(out_dir)
     if (out_dir / "config.json").exists():
         raise FileExistsError(f"{out_dir}: already holds a probe; choose another --out")
-    env = regime.env()
     dev = devices.resolve(device)
     devices.check_bf16(dev, bf16)
     base, tokenizer = load_policy(model)
+    env = rendered(regime.env(), tokenizer)  # the chat rendering for a model with a chat template
     base = base.to(dev).eval()
     writer = logs.RunWriter(out_dir)
     writer.write_config({"kind": "probe", "regime": regime.name, **regime.knobs(), "model": model,

@@ -57,15 +57,19 @@ def evaluate_on_test(run_dir: str | Path, regime: str, n: int, model: str | None
     from skillgate_lib.runs.evaluate import evaluate, load_adapter, summarize
 
     torch.set_num_threads(threads)
+    from skillgate_lib.env.chat import rendered
+
+    config: dict = {}
     if model is None:
         policy, tokenizer, config = load_adapter(run_dir)
         temperature = float(config.get("temperature", 1.0))
     else:
         (policy, tokenizer), temperature = load_policy(model), 1.0
     r = regimes.get(regime)
+    env = rendered(r.env(), tokenizer, config.get("render", "auto"))
     t0 = time.perf_counter()
     policy = policy.to(devices.resolve(device))
-    summary = summarize(evaluate(policy, tokenizer, r.env(), n, r.max_new_tokens, temperature=temperature, split="test"),
+    summary = summarize(evaluate(policy, tokenizer, env, n, r.max_new_tokens, temperature=temperature, split="test"),
                         prefix="test")
     return {"split": "test", "tasks": n, "regime": regime, "seconds": time.perf_counter() - t0, **summary}
 

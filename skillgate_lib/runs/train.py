@@ -31,12 +31,14 @@ from tqdm.auto import tqdm
 from skillgate_lib import credit as credit_lib
 from skillgate_lib import logs, methods, paths
 from skillgate_lib.cli import add_fields, from_args
-from skillgate_lib.env import READ_CLOSE, READ_OPEN, SkillSlateEnv, display_name, regimes, token_spans
+from skillgate_lib.env import SkillSlateEnv, regimes
+from skillgate_lib.env.chat import RENDERINGS, rendered
 from skillgate_lib.policy import devices
 from skillgate_lib.policy.batching import pack, response_logprobs
 from skillgate_lib.policy.models import load_policy, model_fingerprint
 from skillgate_lib.policy.rollout import Episode, generate
 from skillgate_lib.runs import optimizers, tracking
+from skillgate_lib.runs.choice import call_episode, choice_summary, heldout_pairs, oracle_choice
 from skillgate_lib.runs.evaluate import EVAL_SEED, evaluate, summarize
 from skillgate_lib.runs.records import credit_inputs, episode_rows, group_sample
 from skillgate_lib.seeding import seed_everything, stream_seed
@@ -92,6 +94,9 @@ class TrainConfig:
     """Sampling temperature for rollouts and evaluation."""
     max_new_tokens: int | None = None
     """Cap on response tokens, policy + environment (default: the regime's)."""
+    render: str = "auto"
+    """How the episode is written: auto (the chat rendering of skillgate_lib.env.chat for a model whose tokenizer has a chat
+    template, else the word format), words or chat."""
     regime: str = "easy"
     """Environment preset of skillgate_lib.env.regimes.REGIMES; the knobs below override it when given."""
     step_failure: float | None = None
@@ -150,6 +155,8 @@ class TrainConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.optimizer not in optimizers.OPTIMIZERS:
             raise ValueError(f"optimizer: unknown {self.optimizer!r}; choose one of {', '.join(optimizers.OPTIMIZERS)}")
+        if self.render not in RENDERINGS:
+            raise ValueError(f"render must be one of {', '.join(RENDERINGS)}, got {self.render!r}")
         if self.eval_split not in ("val", "eval"):
             raise ValueError(f"eval_split must be 'val' or 'eval' (the test set is for reported numbers only), got {self.eval_split!r}")
         if self.max_draws < 1:
@@ -209,16 +216,9 @@ def selection_ce(model, tokenizer, env: SkillSlateEnv, pairs, whole_call: bool =
     ``whole_call=False``: the name words only (the ``selection_bc_rl`` ablation's term);
     ``True``: opener, name words and closer (the reference's selection BC).
     """
-    teachers = []
-    for g, (task, slate) in enumerate(pairs):
-        name = display_name(slate.oracle)
-        call = f"{READ_OPEN} {name} {READ_CLOSE}"
-        prompt = tokenizer(env.prompt(task, slate), add_special_tokens=False)["input_ids"]
-        ids = tokenizer(call, add_special_tokens=False)["input_ids"]
-        # the name's tokens found by their characters, as the rollout annotates reads (any tokenizer)
-        (ns, ne), = token_spans(tokenizer, call, [(len(READ_OPEN) + 1, len(READ_OPEN) + 1 + len(name))])
-        mask = [whole_call or ns <= t < ne for t in range(len(ids))]
-        teachers.append(Episode(task, slate, g, prompt, response_ids=list(ids), policy_mask=mask))
+    teachers = [call_episode(env, tokenizer, tokenizer(env.prompt(task, slate), add_special_tokens=False)["input_ids"], task,
+                             slate, g, slate.oracle, "call" if whole_call else "name")
+                for g, (task, slate) in enumerate(pairs)]
     batch = pack(teachers, tokenizer.pad_token_id)
     logp = response_logprobs(model, batch)
     mask = batch["response_mask"].to(logp.device)
@@ -253,7 +253,7 @@ _RESUMABLE = {"threads", "length_buckets", "run_dir", "steps", "report_to", "dev
 #: What a run recorded before a field existed did as that field's value says here: a run whose
 #: config.json lacks the field is compared against it (it trained without dynamic sampling, in
 #: the environment now called ``easy``), so it never resumes under another protocol.
-_BEFORE_FIELD = {"eval_split": "eval", "filter_groups": False, "max_draws": 1, "regime": "easy", "lookalike_agreement": 0.0,
+_BEFORE_FIELD = {"render": "auto", "eval_split": "eval", "filter_groups": False, "max_draws": 1, "regime": "easy", "lookalike_agreement": 0.0,
                  "horizons": list(range(1, 9)), "method": None, "step_echo": 0,
                  "step_note": 0, "optimizer": "adamw"}
 
@@ -271,16 +271,18 @@ def check_resume_config(run_dir: Path, cfg: TrainConfig) -> None:
         raise ValueError(f"{run_dir}/config.json: cannot resume with different settings ({fields})")
 
 
-def make_env(cfg: TrainConfig, train: bool = True) -> SkillSlateEnv:
+def make_env(cfg: TrainConfig, train: bool = True, tokenizer=None):
     """The environment of a run: training (its domains; no slate for skill-free RL) or evaluation.
 
     Both use the run's regime knobs. Evaluation always shows the slate: skill-free RL is
     trained without skills and evaluated on the standard protocol, as the reference does.
+    With ``tokenizer``, the episode as the run's model sees it (``cfg.render``; :func:`~skillgate_lib.env.chat.rendered`).
     """
     domains = (cfg.domains if train else cfg.eval_domains) or None
-    return SkillSlateEnv(step_failure=cfg.step_failure, lookalike_agreement=cfg.lookalike_agreement,
-                         horizons=cfg.horizons, step_echo=cfg.step_echo, step_note=cfg.step_note, domains=domains,
-                         show_slate=not (cfg.skill_free and train))
+    env = SkillSlateEnv(step_failure=cfg.step_failure, lookalike_agreement=cfg.lookalike_agreement,
+                        horizons=cfg.horizons, step_echo=cfg.step_echo, step_note=cfg.step_note, domains=domains,
+                        show_slate=not (cfg.skill_free and train))
+    return env if tokenizer is None else rendered(env, tokenizer, cfg.render)
 
 
 def step_items(env: SkillSlateEnv, cfg: TrainConfig, step: int, draw: int = 0) -> list[tuple]:
@@ -538,12 +540,12 @@ class TrainingRun:
         self.writer = writer = tracking.TrackedRunWriter(run_dir, cfg.report_to, _config_record(cfg))
         if resume:
             writer.remove_partial_writes()
-        self.env, self.eval_env = make_env(cfg), make_env(cfg, train=False)
         device = devices.resolve(cfg.device)
         devices.check_bf16(device, cfg.bf16)
         if cfg.bf16:
             print(devices.precision_line(device, cfg.bf16), flush=True)
         base, self.tokenizer = policy if policy is not None else load_policy(cfg.model)
+        self.env, self.eval_env = make_env(cfg, tokenizer=self.tokenizer), make_env(cfg, False, self.tokenizer)
         self.model, self.params, self.opt, self.ccfg, self.skill_values = setup_training(base.to(device), cfg)
         self.start = 0
         if resume and _checkpoint_path(run_dir).exists():
@@ -557,6 +559,7 @@ class TrainingRun:
             writer.truncate_metrics(after_step=-1)  # killed before its first checkpoint: start over
         writer.write_config(_config_record(cfg))
         self.finetune = methods.get(cfg.method).separate_finetune
+        self._choice_pairs: list | None = None
 
     def eval_due(self, step: int) -> bool:
         """Whether the held-out evaluation runs after ``step`` steps (every ``eval_every``, and at the end)."""
@@ -569,9 +572,17 @@ class TrainingRun:
                         temperature=cfg.temperature, split=cfg.eval_split)
 
     def log_eval(self, step: int, episodes: list[Episode]) -> dict:
-        """Write an evaluation's trajectories and metrics row after ``step`` steps; returns the row."""
-        self.writer.write_trajectories(episode_rows(episodes, step, "eval", self.cfg.credit), step=step, split="eval")
-        row = {"step": step, "split": "eval", **summarize(episodes)}
+        """Write an evaluation's trajectories and metrics row after ``step`` steps; returns the row.
+
+        Beside the sampled trials' measures, the row holds the choice alone on the same prompts, teacher-forced
+        (``eval/choice``, ``eval/choice_logit``; :mod:`skillgate_lib.runs.choice`)."""
+        cfg = self.cfg
+        self.writer.write_trajectories(episode_rows(episodes, step, "eval", cfg.credit), step=step, split="eval")
+        if self._choice_pairs is None:
+            self._choice_pairs = heldout_pairs(self.eval_env, cfg.eval_tasks, cfg.eval_split)
+        with devices.autocast(next(self.model.parameters()).device, cfg.bf16):
+            choice = choice_summary(oracle_choice(self.model, self.tokenizer, self.eval_env, self._choice_pairs))
+        row = {"step": step, "split": "eval", **summarize(episodes), **choice}
         self.writer.log_metrics(row)
         return row
 

@@ -1,0 +1,200 @@
+"""The lookahead against the rate study: each prediction tested on the study it was not fitted to.
+
+Reads the committed predictions (``data/runs/predict/<study>.json``, :mod:`skillgate_lib.runs.predict`)
+and the rate study's table (:func:`~skillgate_lib.report.rates.rate_table`), and scores every
+predictor of the speed ratio by leave-one-out over the studies with an observed ratio:
+
+* **lookahead**: the predicted ratio after K steps, K chosen on the *other* studies (the K whose
+  mean absolute log error over them is least), so no study's K is fitted to it;
+* **lookahead, K = k**: each fixed K, for the record (not a predictor: choosing among them on all
+  studies would fit K);
+* **theory**: the closed forms from each share (:data:`~skillgate_lib.report.rates.PREDICTORS`),
+  which fit nothing;
+* **constant**: the geometric mean of the other studies' observed ratios.
+
+The error of a prediction is ``log(observed / predicted)``; a prediction of 0 or below (an arm
+that did not move, or moved the wrong way) has no log and counts as a miss with the error of the
+worst finite one, so a predictor cannot gain by failing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from skillgate_lib import paths
+
+PREDICT_DIR = paths.DATA_DIR / "runs" / "predict"
+#: The name of the leave-one-out lookahead and of the constant in the tables.
+LOOKAHEAD = "lookahead (K by leave-one-out)"
+CONSTANT = "constant (the other studies' mean)"
+
+
+def predictions(root: str | Path = PREDICT_DIR) -> pd.DataFrame:
+    """One row per committed prediction and k: study, regime, optimizer, model, step sizes, seeds, each arm's mean
+    change in logit(choice) with its t-interval, and the ratio with its BCa interval."""
+    rows = []
+    for path in sorted(Path(root).glob("*.json")):
+        rec = json.loads(path.read_text())
+        cfg = rec["config"]
+        for r in rec.get("ratios", []):
+            rows.append({"study": cfg.get("study") or path.stem, "regime": cfg["regime"], "optimizer": cfg["optimizer"],
+                         "model": cfg["model"], "lr_outcome": cfg["lr"]["outcome"], "lr_skillgate": cfg["lr"]["skillgate"],
+                         "file": path.name, "commit": rec.get("commit"), **r})
+    return pd.DataFrame(rows)
+
+
+def _errors(observed: np.ndarray, predicted: np.ndarray) -> np.ndarray:
+    """log(observed / predicted); nan where the prediction is not positive."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(predicted > 0, np.log(observed) - np.log(np.where(predicted > 0, predicted, 1.0)), np.nan)
+
+
+def _score(err: np.ndarray) -> float:
+    """Mean absolute log error, a miss (nan) counted as the worst finite error (or 10 when none is finite)."""
+    err = np.abs(np.asarray(err, dtype=float))
+    worst = np.nanmax(err) if np.isfinite(err).any() else 10.0
+    return float(np.where(np.isfinite(err), err, worst).mean())
+
+
+def loo_table(table: pd.DataFrame, preds: pd.DataFrame) -> pd.DataFrame:
+    """One row per study with an observed ratio (> 0) and a prediction: the observed ratio and, per predictor, its
+    prediction and error (module docstring); ``k_loo`` the K the other studies chose."""
+    from skillgate_lib.report.rates import PREDICTORS
+
+    obs = table[(table["ratio"] > 0)].set_index("study")
+    wide = preds.pivot_table(index="study", columns="k", values="ratio")
+    studies = [s for s in obs.index if s in wide.index]
+    ks = list(wide.columns)
+    rows = []
+    for s in studies:
+        others = [o for o in studies if o != s]
+        y_others = np.log(obs.loc[others, "ratio"].to_numpy(dtype=float))
+        row = {"study": s, "regime": obs.loc[s, "regime"], "optimizer": obs.loc[s, "optimizer"],
+               "observed": float(obs.loc[s, "ratio"]), "observed_lo": float(obs.loc[s, "ratio_lo"]),
+               "observed_hi": float(obs.loc[s, "ratio_hi"])}
+        if others:
+            k = min(ks, key=lambda k: (_score(_errors(np.exp(y_others), wide.loc[others, k].to_numpy(dtype=float))), k))
+            row["k_loo"] = int(k)
+            row[LOOKAHEAD] = float(wide.loc[s, k])
+            row[CONSTANT] = float(np.exp(y_others.mean()))
+        for k in ks:
+            row[f"lookahead, K = {k}"] = float(wide.loc[s, k])
+        for col, label in PREDICTORS.items():
+            row[f"theory: {label}"] = float(obs.loc[s, col])
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def predictor_columns(loo: pd.DataFrame) -> list[str]:
+    """The predictor columns of a :func:`loo_table`, the scored ones first."""
+    fixed = [c for c in loo.columns if c.startswith("lookahead, K = ")]
+    theory = [c for c in loo.columns if c.startswith("theory: ")]
+    return [c for c in (LOOKAHEAD, CONSTANT) if c in loo.columns] + theory + fixed
+
+
+def loo_summary(loo: pd.DataFrame) -> pd.DataFrame:
+    """Per predictor over the studies of ``loo``: how many it predicted (a positive prediction), its mean and largest
+    absolute log error (a miss counted as :func:`_score` does) and the Spearman rank correlation of prediction and
+    observation; ``scored`` says which are predictors and which are the record of a fixed K."""
+    from scipy import stats
+
+    rows = []
+    y = loo["observed"].to_numpy(dtype=float)
+    for col in predictor_columns(loo):
+        p = loo[col].to_numpy(dtype=float)
+        err = _errors(y, p)
+        finite = np.isfinite(err)
+        rho = (float(stats.spearmanr(p[finite], y[finite]).statistic) if finite.sum() >= 3 and np.ptp(p[finite]) > 0
+               else math.nan)
+        worst = float(np.nanmax(np.abs(err))) if finite.any() else math.nan
+        rows.append({"predictor": col, "studies": len(loo), "predicted": int(finite.sum()),
+                     "mean_abs_log_error": _score(err), "max_abs_log_error": worst if finite.all() else math.inf,
+                     "spearman": rho, "scored": not col.startswith("lookahead, K = ")})
+    return pd.DataFrame(rows)
+
+
+def display_summary(summary: pd.DataFrame) -> pd.DataFrame:
+    """:func:`loo_summary` as factors: a predictor is off by ``x`` on average (geometric) and at worst."""
+    def factor(v):
+        return "–" if not np.isfinite(v) else f"{math.exp(v):.2f}x"
+
+    return pd.DataFrame({"predictor": summary["predictor"],
+                         "predicted / studies": [f"{a} / {b}" for a, b in zip(summary["predicted"], summary["studies"])],
+                         "off on average": [factor(v) for v in summary["mean_abs_log_error"]],
+                         "off at worst": [factor(v) if np.isfinite(v) else "a miss" for v in summary["max_abs_log_error"]],
+                         "Spearman": summary["spearman"].round(2)}).set_index("predictor")
+
+
+def display_loo(loo: pd.DataFrame) -> pd.DataFrame:
+    """:func:`loo_table` as a reader meets it: the observed ratio with its interval, each scored predictor's
+    prediction, and the K the other studies chose."""
+    out = pd.DataFrame({"study": loo["study"],
+                        "observed [BCa]": [f"{o:.2f} [{lo:.2f}, {hi:.2f}]" for o, lo, hi in
+                                           zip(loo["observed"], loo["observed_lo"], loo["observed_hi"])]})
+    if "k_loo" in loo:
+        out["K chosen"] = loo["k_loo"]
+    for col in predictor_columns(loo):
+        if not col.startswith("lookahead, K = "):
+            out[col] = loo[col].map(lambda v: f"{v:.2f}" if np.isfinite(v) else "–")
+    return out.set_index("study")
+
+
+def verdict(summary: pd.DataFrame) -> str:
+    """Whether the lookahead beats the constant predictor, by mean absolute log error (largest beside), in words."""
+    s = summary.set_index("predictor")
+    if LOOKAHEAD not in s.index or CONSTANT not in s.index:
+        return ""
+    a, c = s.loc[LOOKAHEAD], s.loc[CONSTANT]
+    theory = s[s.index.str.startswith("theory: ")]
+    best = theory["mean_abs_log_error"].idxmin() if len(theory) else None
+    word = "beats" if a["mean_abs_log_error"] < c["mean_abs_log_error"] else "does not beat"
+
+    def worst(v):
+        return "a miss" if not np.isfinite(v) else f"{math.exp(v):.2f}x"
+
+    out = (f"over {int(a['studies'])} rate studies, each left out in turn, the lookahead {word} the constant predictor: "
+           f"off {math.exp(a['mean_abs_log_error']):.2f}x on average (at worst {worst(a['max_abs_log_error'])}) against "
+           f"{math.exp(c['mean_abs_log_error']):.2f}x ({worst(c['max_abs_log_error'])})")
+    if best is not None:
+        out += (f"; the best closed form ({best.removeprefix('theory: ')}) is off "
+                f"{math.exp(theory.loc[best, 'mean_abs_log_error']):.2f}x")
+    return out
+
+
+def loo_figure(loo: pd.DataFrame, preds: pd.DataFrame | None = None):
+    """Observed ratio (BCa bars) against the lookahead's leave-one-out prediction, the best closed form and the
+    constant, log-log, one panel each on the same square axes with the identity line; labels name the studies."""
+    import matplotlib.pyplot as plt
+
+    summary = loo_summary(loo).set_index("predictor")
+    theory = summary[summary.index.str.startswith("theory: ")]
+    cols = [LOOKAHEAD, theory["mean_abs_log_error"].idxmin() if len(theory) else None, CONSTANT]
+    cols = [c for c in cols if c is not None and c in loo]
+    vals = np.concatenate([loo[c].to_numpy(dtype=float) for c in cols] + [loo["observed_lo"], loo["observed_hi"]])
+    vals = vals[np.isfinite(vals) & (vals > 0)]
+    lo, hi = vals.min() / 1.3, vals.max() * 1.3
+    fig, axes = plt.subplots(1, len(cols), figsize=(3.6 * len(cols), 3.9), sharex=True, sharey=True, squeeze=False)
+    for ax, col in zip(axes[0], cols):
+        x, y = loo[col].to_numpy(dtype=float), loo["observed"].to_numpy(dtype=float)
+        ok = np.isfinite(x) & (x > 0)
+        yerr = np.abs(np.vstack([y - loo["observed_lo"], loo["observed_hi"] - y]))
+        ax.errorbar(x[ok], y[ok], yerr=yerr[:, ok], fmt="o", color="C0", ecolor="0.6", capsize=2)
+        for xi, yi, name in zip(x[ok], y[ok], loo["study"][ok]):
+            ax.annotate(name, (xi, yi), textcoords="offset points", xytext=(4, -10), fontsize=7)
+        ax.plot([lo, hi], [lo, hi], color="0.4", lw=0.8, ls="--")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+        ax.set_aspect("equal")
+        err = summary.loc[col, "mean_abs_log_error"]
+        ax.set_title(f"{col.removeprefix('theory: ')}\noff {math.exp(err):.2f}x on average", fontsize=9)
+        ax.set_xlabel("predicted ratio")
+    axes[0][0].set_ylabel("observed speed ratio (SkillGate / outcome)")
+    fig.tight_layout()
+    return fig
