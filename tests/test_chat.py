@@ -161,3 +161,23 @@ def test_lora_warm_start_types_its_tokens_and_runs(tokenizer, tmp_path):
     assert (tmp_path / "out" / "adapter_config.json").exists()
     rows = [json.loads(x) for x in (tmp_path / "out" / "train_log.jsonl").read_text().splitlines()]
     assert rows[-1]["split"] == "heldout" and "heldout/acc/name" in rows[-1]
+
+
+def test_an_adapter_warm_start_loads_by_name_or_says_how_to_build_it(tokenizer, tmp_path, monkeypatch):
+    """``load_policy(name)`` of an adapter warm start merges its LoRA into the base; a missing adapter is an error
+    naming the folder and the command that builds it."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from skillgate_lib.policy import models
+
+    base = _tiny_gqa(tokenizer, tmp_path / "base")
+    lora = get_peft_model(base, LoraConfig(r=2, target_modules=["q_proj"], init_lora_weights=False))
+    lora.save_pretrained(tmp_path / "adapter")
+    monkeypatch.setitem(models.ADAPTER_MODELS, "stand-in-sft", (str(tmp_path / "base"), tmp_path / "adapter"))
+    merged, tok = models.load_policy("stand-in-sft")
+    ids = torch.tensor([[1, 2, 3]])
+    assert torch.allclose(merged(ids).logits, lora(ids).logits, atol=1e-5) and models.model_fingerprint("stand-in-sft")
+    monkeypatch.setitem(models.ADAPTER_MODELS, "missing-sft", (str(tmp_path / "base"), tmp_path / "nowhere"))
+    with pytest.raises(FileNotFoundError, match="warmstart-lora"):
+        models.load_policy("missing-sft")

@@ -150,7 +150,8 @@ def test_a_small_study_runs_extends_resumes_and_exports(tmp_path):
                            max_extensions=1, test_tasks=8, settings=settings)
     chosen = speed.run_speed(plan, tmp_path / "study", workers=1, progress=False)
     for m, c in chosen.items():
-        assert len(c["slope_val"]) == 3 and len(c["extended"]) == 1  # two values, one extension: always an edge
+        # the plan's primary measure (the choice alone, teacher-forced) scored every value: two, one extension
+        assert len(c["slope_choice"]) == 3 and len(c["extended"]) == 1 and "slope_val" not in c
         for s in (0, 1):
             assert (tmp_path / "study" / rates.speed_run_name(m, c["value"], s) / "test.json").exists()
     assert (tmp_path / "study" / "warmstart" / "test.json").exists()

@@ -167,6 +167,18 @@ class ChatEnv:
         call = calls[-1]
         return self.insertion(slate, call.name.split() if call.is_read else [], len(calls))
 
+    def response_cap(self, samples: int = 64) -> int:
+        """A cap on response tokens (policy and inserted) that fits this rendering: 1.25 x the longest of ``samples``
+        one-read demonstrations at the largest horizon, rounded up to 16 (the word format's caps are counted in
+        the word tokenizer's tokens and are too short here)."""
+        if getattr(self, "_cap", None) is None:
+            h = max(self.env.horizons)
+            tasks = self.env.sample_tasks(samples, split="train", seed=0, horizons=(h,))
+            longest = max(len(self.tokenizer(self.demonstration(t, self.env.slate(t, seed=k), [self.env.slate(t, seed=k).oracle]),
+                                             add_special_tokens=False)["input_ids"]) for k, t in enumerate(tasks))
+            self._cap = int(-(-(1.25 * (longest + 1)) // 16) * 16)
+        return self._cap
+
     # ------------------------------------------------------------------ verifier
 
     def to_words(self, task: Task, slate: Slate, response: str) -> tuple[str, list[tuple[int, int]], list[tuple[int, int]]]:

@@ -94,6 +94,11 @@ REGIMES: dict[str, Regime] = {
                     "gradient falls with H, not only its share of the loss weight (--model tiny-note8)"),
         Regime("paper_note4", step_failure=0.3, lookalike_agreement=0.3, step_note=4, max_new_tokens=160,
                note="paper_note8 with notes of 4 words (10 policy tokens a step; --model tiny-note4)"),
+        Regime("paper_note8_h68", step_failure=0.15, lookalike_agreement=0.3, horizons=(6, 7, 8), step_note=8,
+               max_new_tokens=192,
+               note="paper_note8 with long episodes only (H = 6..8; failure 0.15, as paper_echo_h68, so that enough "
+                    "groups are mixed): the name's share of the trajectory and of the update at its lowest of the note "
+                    "regimes, chosen to move the dose for the lookahead's preregistered test (--model tiny-note8)"),
         Regime("paper_echo_h68", step_failure=0.15, lookalike_agreement=0.3, horizons=(6, 7, 8), step_echo=4,
                max_new_tokens=448,
                note="paper_echo with long episodes only (H = 6..8), for --model tiny-echo-one: whether the "

@@ -81,3 +81,29 @@ def add_device_arguments(parser) -> None:
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda (default: auto)")
     parser.add_argument("--bf16", action="store_true",
                         help="bf16 autocast of the forward passes (CUDA, or a CPU with native bf16 matmuls)")
+
+
+def keep_freed_memory() -> bool:
+    """Ask glibc's allocator to keep freed memory for reuse instead of handing it back to the system at once.
+
+    A pretrained model's update frees and reallocates gigabytes of activations every step; by
+    default glibc returns large freed blocks to the kernel, and each step then pays page faults to
+    zero them again (a LoRA warm start of SmolLM2 on this kind of machine spent two thirds of its CPU
+    time in the kernel, about 25 s a step, against about 16 s with the settings below). Raises the
+    trim threshold to 16 GiB, pads each heap growth by 1 GiB and serves blocks up to 32 MiB (the
+    allocator's most) from the heap. Returns whether glibc took every setting (False elsewhere).
+    """
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return False
+    try:
+        libc = ctypes.CDLL(name)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    m_trim_threshold, m_top_pad, m_mmap_threshold = -1, -2, -3
+    return all(mallopt(k, v) == 1 for k, v in ((m_trim_threshold, 16 << 30), (m_top_pad, 1 << 30),
+                                                 (m_mmap_threshold, 32 << 20)))

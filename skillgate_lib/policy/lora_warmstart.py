@@ -195,7 +195,7 @@ def _schedule(opt, steps: int):
         opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + np.cos(np.pi * min(1.0, s / steps))))
 
 
-def lora_warmstart(cfg: LoraWarmStartConfig, progress: bool = True):
+def lora_warmstart(cfg: LoraWarmStartConfig, progress: bool = True, command: str = ""):
     """Train (or resume) the LoRA warm start; save the adapter to ``cfg.out``; return ``(peft model, tokenizer)``."""
     from peft import LoraConfig, get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
 
@@ -206,6 +206,8 @@ def lora_warmstart(cfg: LoraWarmStartConfig, progress: bool = True):
     device = devices.resolve(cfg.device)
     devices.check_bf16(device, cfg.bf16)
     print(devices.precision_line(device, cfg.bf16), flush=True)
+    if device.type == "cpu":
+        devices.keep_freed_memory()
     base, tokenizer = load_policy(cfg.model)
     chat = ChatEnv(regimes.get(cfg.regime).env(), tokenizer, rationale=cfg.rationale)
     torch.manual_seed(stream_seed(cfg.seed, 0, 99))
@@ -262,16 +264,85 @@ def lora_warmstart(cfg: LoraWarmStartConfig, progress: bool = True):
     with open(log_path, "a") as f:
         f.write(json.dumps({"step": cfg.steps, "split": "heldout", **held}) + "\n")
     model.save_pretrained(out)
-    (out / "warmstart_config.json").write_text(json.dumps({**config, "wall_s": round(wall, 1)}, indent=1) + "\n")
+    (out / "warmstart_config.json").write_text(json.dumps({**config, "wall_s": round(wall, 1), "command": command}, indent=1) + "\n")
     ckpt.unlink(missing_ok=True)
     return model, tokenizer
 
 
+#: What an RL warm start must do on 256 held-out instances of its regime at T = 1 (measure, low, high):
+#: execute the table it reads, read about once, and leave the choice to learn.
+GATES = (("success", 0.15, 1.0), ("oracle_read", 0.35, 0.70), ("reads", 0.9, 1.1), ("step_acc", 0.9, 1.0))
+
+
+def gate_rows(summary: dict) -> list[tuple[str, float, str, bool]]:
+    """``(measure, value, range, met)`` per :data:`GATES` for an ``evaluate --json`` summary."""
+    rows = []
+    for m, lo, hi in GATES:
+        v = float(summary[f"eval/{m}"])
+        rows.append((m, v, f"{lo:g}-{hi:g}", lo <= v <= hi))
+    return rows
+
+
+def write_readme(out: str | Path) -> str:
+    """``OUT/README.md`` from the files the warm start and its gate evaluation wrote (``warmstart_config.json``,
+    ``train_log.jsonl``, and ``gates.json`` when present); returns the text."""
+    out = Path(out)
+    cfg = json.loads((out / "warmstart_config.json").read_text())
+    rows = [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines() if x.strip()]
+    held = next((r for r in reversed(rows) if r.get("split") == "heldout"), {})
+    first = next((r for r in rows if r.get("split") != "heldout"), {})
+    lines = [f"# {out.name}: a LoRA warm start of {cfg['model']} on the chat episode",
+             "",
+             "Written by `python -m skillgate_lib warmstart-lora` (`skillgate_lib/policy/lora_warmstart.py`); this README "
+             "is generated from the files beside it (`python -m skillgate_lib warmstart-lora --readme --out DIR`).",
+             "",
+             f"Command: `{cfg.get('command', 'python -m skillgate_lib warmstart-lora')}`",
+             "",
+             f"LoRA rank {cfg['lora_rank']} (alpha {cfg['lora_alpha']:g}) on {', '.join(cfg['lora_targets'])}; "
+             f"{cfg['steps']} steps of {cfg['batch_size']} demonstrations of regime `{cfg['regime']}` "
+             f"(one read a trial, the oracle with probability {cfg['p_oracle']:g}, else a misleading look-alike; "
+             f"rationales {'on' if cfg['rationale'] else 'off'}), AdamW lr {cfg['lr']:g} (cosine), "
+             f"{'bf16 autocast' if cfg['bf16'] else 'fp32'}, {cfg['threads']} thread(s): "
+             f"wall time {cfg.get('wall_s', float('nan')) / 60:.0f} min.",
+             "",
+             "Teacher-forced accuracy and mean 1 - p(y) per token type, on the first training batch and on "
+             f"{cfg['heldout']} held-out validation demonstrations after training:",
+             "",
+             "| token type | accuracy, step 1 | accuracy, held out | 1 - p, step 1 | 1 - p, held out |",
+             "|---|---:|---:|---:|---:|"]
+    for t in CHAT_TOKEN_TYPES:
+        lines.append(f"| {t} | {first.get(f'acc/{t}', float('nan')):.2f} | {held.get(f'heldout/acc/{t}', float('nan')):.2f} "
+                     f"| {first.get(f'uncertainty/{t}', float('nan')):.2f} | "
+                     f"{held.get(f'heldout/uncertainty/{t}', float('nan')):.2f} |")
+    gates = out / "gates.json"
+    if gates.exists():
+        g = json.loads(gates.read_text())
+        lines += ["", f"Gates on {g['tasks']} held-out instances ({g['split']}) of `{g['regime']}` at T = 1 "
+                      f"(`{g['command']}`, {g['seconds'] / 60:.0f} min):", "",
+                  "| measure | value | gate | met |", "|---|---:|---:|---|"]
+        lines += [f"| {m} | {v:.3f} | {r} | {'yes' if ok else 'no'} |" for m, v, r, ok in gate_rows(g["summary"])]
+        if "eval/choice" in g["summary"]:
+            lines += ["", f"Teacher-forced P(oracle | slate) on the same prompts: {g['summary']['eval/choice']:.3f}."]
+    text = "\n".join(lines) + "\n"
+    (out / "README.md").write_text(text)
+    return text
+
+
 def lora_warmstart_main(argv: list[str] | None = None) -> int:
+    import shlex
+    import sys
+
     parser = argparse.ArgumentParser(prog="python -m skillgate_lib warmstart-lora", description=LoraWarmStartConfig.__doc__)
     add_fields(parser, LoraWarmStartConfig)
-    cfg = from_args(LoraWarmStartConfig, parser.parse_args(argv))
-    lora_warmstart(cfg)
+    parser.add_argument("--readme", action="store_true", help="only rewrite OUT/README.md from the files in OUT")
+    args = parser.parse_args(argv)
+    if args.readme:
+        print(write_readme(args.out))
+        return 0
+    cfg = from_args(LoraWarmStartConfig, args)
+    command = "python -m skillgate_lib warmstart-lora " + " ".join(map(shlex.quote, sys.argv[2:] if argv is None else argv))
+    lora_warmstart(cfg, command=command)
+    write_readme(cfg.out)
     print(f"saved the LoRA warm start to {cfg.out}")
     return 0
 

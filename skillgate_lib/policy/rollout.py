@@ -181,9 +181,17 @@ def generate(
     model.eval()
     if not items:
         return []
+    max_new_tokens = response_limit(env, max_new_tokens)
     with merged_lora(model) as policy:
         return decode(lambda runs: make_decoder(policy, lean, room=max_new_tokens), tokenizer,
                       [Segment(env, items, generator, score_rng)], max_new_tokens, temperature, stats, min_new_tokens)[0]
+
+
+def response_limit(env, max_new_tokens: int) -> int:
+    """``max_new_tokens``, raised to the rendering's own cap where it has one (the chat rendering: a regime's cap is
+    counted in the word tokenizer's tokens, :meth:`~skillgate_lib.env.chat.ChatEnv.response_cap`)."""
+    cap = getattr(env, "response_cap", None)
+    return max(max_new_tokens, cap()) if cap is not None else max_new_tokens
 
 
 @dataclass

@@ -221,7 +221,7 @@ def verdict(figures_dir: Path, data_dir: Path) -> str:
     ``data/runs/speed/``; each of its words ("faster", "more", "level", "not shown") is backed by an interval."""
     import textwrap
 
-    from skillgate_lib.report import rates
+    from skillgate_lib.report import lookahead, rates
 
     paper = pd.read_csv(figures_dir / "results_table_paper_paired.csv").set_index("baseline").loc["outcome"]
     choice = _direction(paper, "oracle_read", "more often", "less often", "not shown more often")
@@ -232,7 +232,8 @@ def verdict(figures_dir: Path, data_dir: Path) -> str:
               f"{'; its ' + caveat if caveat else ''}). "
             + success_sentence(success_by_regime(figures_dir, data_dir))[0].upper()
             + success_sentence(success_by_regime(figures_dir, data_dir))[1:] + ". "
-            + rates.verdict_sentence(table, fit))
+            + rates.verdict_sentence(table, fit)
+            + (" " + look if (look := lookahead.verdict_sentence(table, data_dir / "runs" / "predict")) else ""))
     keep = re.sub(r"\[[^\]]*\]", lambda m: m.group(0).replace(" ", "\0"), text)  # no line break inside an interval
     return textwrap.fill(keep, width=112, break_on_hyphens=False, break_long_words=False).replace("\0", " ") + "\n"
 
@@ -297,6 +298,13 @@ def _rates(data_dir: Path) -> tuple[str, str, str]:
     return rates.rate_markdown(table), rates.fit_markdown(fit), rates.rate_summary(table, fit)
 
 
+def _lookahead(data_dir: Path) -> str:
+    """The lookahead's predictions against the rate study (:mod:`skillgate_lib.report.lookahead`)."""
+    from skillgate_lib.report import lookahead
+
+    return lookahead.markdown(_rate_tables(data_dir)[0], data_dir / "runs" / "predict")
+
+
 def generated_blocks(figures_dir: Path = paths.FIGURES_DIR, data_dir: Path = paths.DATA_DIR) -> dict:
     """Every generated block by name: a function of no argument that returns its Markdown."""
     from skillgate_lib.report import gradients as gradient_report
@@ -320,6 +328,7 @@ def generated_blocks(figures_dir: Path = paths.FIGURES_DIR, data_dir: Path = pat
         "rate_study": lambda: _rates(data_dir)[0],
         "rate_fit": lambda: _rates(data_dir)[1],
         "rate_summary": lambda: _rates(data_dir)[2],
+        "rate_lookahead": lambda: _lookahead(data_dir),
         "diagnosis_paper": lambda: diagnosis_table(diagnosis / "summary.csv", DIAGNOSIS_CONDITIONS),
         **{f"diagnosis_{d.replace('-', '_')}": (lambda d=d: diagnosis_table(diagnosis / d / "summary.csv"))
            for d in ("read-stop", *DIAGNOSED)},

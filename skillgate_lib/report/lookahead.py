@@ -127,7 +127,8 @@ def display_summary(summary: pd.DataFrame) -> pd.DataFrame:
                          "predicted / studies": [f"{a} / {b}" for a, b in zip(summary["predicted"], summary["studies"])],
                          "off on average": [factor(v) for v in summary["mean_abs_log_error"]],
                          "off at worst": [factor(v) if np.isfinite(v) else "a miss" for v in summary["max_abs_log_error"]],
-                         "Spearman": summary["spearman"].round(2)}).set_index("predictor")
+                         "Spearman": [f"{v:+.2f}" if np.isfinite(v) else "–" for v in summary["spearman"]]}
+                        ).set_index("predictor")
 
 
 def display_loo(loo: pd.DataFrame) -> pd.DataFrame:
@@ -198,3 +199,65 @@ def loo_figure(loo: pd.DataFrame, preds: pd.DataFrame | None = None):
     axes[0][0].set_ylabel("observed speed ratio (SkillGate / outcome)")
     fig.tight_layout()
     return fig
+
+
+def complete(preds: pd.DataFrame, root: str | Path = PREDICT_DIR) -> pd.DataFrame:
+    """The rows of ``preds`` whose prediction file holds every run it planned (both arms on every seed)."""
+    done = set()
+    for path in Path(root).glob("*.json"):
+        rec = json.loads(path.read_text())
+        if len(rec.get("runs", [])) == 2 * len(rec["config"]["seeds"]):
+            done.add(path.name)
+    return preds[preds["file"].isin(done)]
+
+
+def markdown(table: pd.DataFrame, root: str | Path = PREDICT_DIR) -> str:
+    """docs/results.md's lookahead block: every committed prediction at K = 1..5 beside its study's observed ratio,
+    the leave-one-out table of the scored predictors, their summary, and the verdict in words."""
+    from skillgate_lib.report.markdown import markdown_table
+
+    preds = complete(predictions(root), root)
+    if preds.empty:
+        return "No committed prediction yet (`data/runs/predict/`).\n"
+    obs = table.set_index("study")
+    ks = sorted(preds["k"].unique())
+    rows = []
+    for study, g in preds.groupby("study", sort=True):
+        g = g.set_index("k")
+        o = obs.loc[study] if study in obs.index else None
+        seen = ("–" if o is None else f"{o['ratio']:.2f} [{o['ratio_lo']:.2f}, {o['ratio_hi']:.2f}]" if o["ratio"] > 0
+                else "– (outcome-only does not learn)")
+        lr = g.iloc[0]
+        rows.append([f"`{study}`", f"{lr['lr_outcome']:g} / {lr['lr_skillgate']:g}", str(int(lr["seeds"])),
+                     *[f"{g.loc[k, 'ratio']:.2f} [{g.loc[k, 'ratio_lo']:.2f}, {g.loc[k, 'ratio_hi']:.2f}]" for k in ks],
+                     f"{g.loc[ks[-1], 'delta_outcome']:+.3f} / {g.loc[ks[-1], 'delta_skillgate']:+.3f}", seen])
+    out = [markdown_table(["study", "lr (both arms)", "seeds", *[f"K = {k}" for k in ks],
+                           f"logit change at K = {ks[-1]}, outcome / SkillGate", "observed ratio [BCa 95 %]"],
+                          rows, "lrr" + "r" * len(ks) + "rr")]
+    loo = loo_table(table, preds)
+    if len(loo) >= 2:
+        shown = display_loo(loo).reset_index()
+        out.append(markdown_table(list(shown.columns), shown.astype(str).values.tolist(), "l" + "r" * (shown.shape[1] - 1)))
+        summary = display_summary(loo_summary(loo)).reset_index()
+        out.append(markdown_table(list(summary.columns), summary.astype(str).values.tolist(), "lrrrr"))
+        sentence = verdict(loo_summary(loo))
+        out.append(sentence[:1].upper() + sentence[1:] + ".")
+    return "\n\n".join(out) + "\n"
+
+
+def verdict_sentence(table: pd.DataFrame, root: str | Path = PREDICT_DIR) -> str:
+    """The README verdict's sentence on the lookahead: whether it predicts the speed ratio better than the constant,
+    left out in turn, and on how many studies; empty when fewer than three studies are predicted."""
+    preds = complete(predictions(root), root)
+    if preds.empty:
+        return ""
+    loo = loo_table(table, preds)
+    if len(loo) < 3:
+        return ""
+    s = loo_summary(loo).set_index("predictor")
+    a, c = s.loc[LOOKAHEAD], s.loc[CONSTANT]
+    word = "predicts it better than" if a["mean_abs_log_error"] < c["mean_abs_log_error"] else "predicts it no better than"
+    return (f"A lookahead of at most {int(preds['k'].max())} GRPO steps of each arm from the warm start "
+            f"(`predict`) {word} the constant, each study left out in turn: off "
+            f"{math.exp(a['mean_abs_log_error']):.2f}x on average against {math.exp(c['mean_abs_log_error']):.2f}x "
+            f"over {len(loo)} studies.")

@@ -35,6 +35,23 @@ from skillgate_lib.audit.stats import t_interval
 SLOPE_STEPS = 25
 #: Where the committed rate studies live.
 SPEED_DIR = paths.DATA_DIR / "runs" / "speed"
+#: The rate study's primary measures: a study's plan names one (``plan.json``'s ``measure``) and selects on it.
+#: ``oracle``: the sampled validation oracle-read (the first seven studies); ``choice``: the teacher-forced
+#: P(oracle | slate) of :mod:`skillgate_lib.runs.choice`, the choice alone (studies planned from 2026-12-06).
+MEASURES = {"oracle": f"slope of logit(val oracle-read) over steps 0-{SLOPE_STEPS}",
+            "choice": f"slope of logit(val choice) over steps 0-{SLOPE_STEPS}: the teacher-forced P(oracle | slate)"}
+#: The run-table column each measure's slope is in.
+MEASURE_COLUMNS = {"oracle": "slope_val", "choice": "slope_choice"}
+
+
+def measure_of(plan: dict) -> str:
+    """The key of :data:`MEASURES` a study's plan declares (a plan before the choice measure: ``oracle``)."""
+    for key, text in MEASURES.items():
+        if plan.get("measure") == text:
+            return key
+    return "oracle"
+
+
 #: The doses a predicted ratio is computed from: column of the rate table -> label.
 PREDICTORS = {"pred_share": "loss-weight Share", "pred_gshare": "Gradient Share",
               "pred_summed": "summed-gradient share"}
@@ -81,8 +98,10 @@ def speed_measures(run_dir: str | Path, upto: int = SLOPE_STEPS) -> dict:
     early = ev[ev["step"] <= upto]
     on = tr[tr["step"] <= upto]
     n_train = int(cfg["prompts_per_step"]) * int(cfg["group_size"])
+    choice = early["eval/choice_logit"] if "eval/choice_logit" in early else pd.Series(dtype=float)
     return {
         "slope_val": _slope(early["step"], _logit(early["eval/oracle_read"], n_eval)),
+        "slope_choice": (_slope(early["step"], choice) if len(choice) and choice.notna().all() else math.nan),
         "slope_onpolicy": _slope(on["step"], _logit(on["train/oracle_read"], n_train)),
         "half_gap_step": half_gap_step(ev["step"], ev["eval/oracle_read"]),
         "val_oracle_read_0": float(ev["eval/oracle_read"].iloc[0]),
@@ -118,7 +137,8 @@ def run_table(study_dir: str | Path) -> pd.DataFrame:
         row = {"study": study_dir.name, "regime": plan["regime"], "model": plan["model"], "optimizer": plan["optimizer"],
                "method": cfg["method"], "lr": float(cfg["lr"]), "seed": int(cfg["seed"]),
                "chosen": cfg["method"] in chosen and float(chosen[cfg["method"]]["value"]) == float(cfg["lr"]),
-               **speed_measures(run)}
+               "measure": measure_of(plan), **speed_measures(run)}
+        row["slope_primary"] = row[MEASURE_COLUMNS[row["measure"]]]
         if (run / "test.json").exists():
             test = json.loads((run / "test.json").read_text())
             row.update(test_success=test["test/success"], test_oracle_read=test["test/oracle_read"])
@@ -169,6 +189,8 @@ def rate_table(runs: pd.DataFrame, probes_dir: str | Path = paths.DATA_DIR / "ru
     from skillgate_lib.theory import predicted_signal_ratio
 
     probes, summed = _probes(Path(probes_dir)), _summed_shares(Path(proxy_csv))
+    if "slope_primary" not in runs:  # a table built before studies declared their measure: the oracle-read slope
+        runs = runs.assign(slope_primary=runs["slope_val"], measure="oracle")
     rows = []
     for study, g in runs[runs["chosen"]].groupby("study", sort=True):
         arms = {m: g[g["method"] == m].set_index("seed") for m in ("outcome", "skillgate")}
@@ -180,18 +202,22 @@ def rate_table(runs: pd.DataFrame, probes_dir: str | Path = paths.DATA_DIR / "ru
         row = {"study": study, "regime": regime, "optimizer": optimizer, "seeds": len(seeds),
                "lr_outcome": o["lr"].iloc[0], "lr_skillgate": s["lr"].iloc[0]}
         for name, arm in (("outcome", o), ("skillgate", s)):
-            row[f"slope_{name}"], row[f"slope_{name}_lo"], row[f"slope_{name}_hi"] = t_interval(arm["slope_val"])
+            row[f"slope_{name}"], row[f"slope_{name}_lo"], row[f"slope_{name}_hi"] = t_interval(arm["slope_primary"])
             row[f"half_gap_{name}"] = float(np.median(arm["half_gap_step"]))
             row[f"start_oracle_{name}"] = float(arm["val_oracle_read_0"].mean())
             row[f"final_oracle_{name}"] = float(arm["val_oracle_read_final"].mean())
             row[f"success_{name}"] = float(arm["val_success_final"].mean())
         row["outcome_learns"] = bool(row["slope_outcome_lo"] > 0)
-        row["ratio_all"], row["ratio_all_lo"], row["ratio_all_hi"] = ratio_interval(s["slope_val"].to_numpy(),
-                                                                                   o["slope_val"].to_numpy())
+        row["ratio_all"], row["ratio_all_lo"], row["ratio_all_hi"] = ratio_interval(s["slope_primary"].to_numpy(),
+                                                                                   o["slope_primary"].to_numpy())
         row["ratio"], row["ratio_lo"], row["ratio_hi"] = (
             (row["ratio_all"], row["ratio_all_lo"], row["ratio_all_hi"]) if row["outcome_learns"]
             else (math.nan, math.nan, math.nan))
-        row["diff"], row["diff_lo"], row["diff_hi"] = t_interval(s["slope_val"].to_numpy() - o["slope_val"].to_numpy())
+        row["diff"], row["diff_lo"], row["diff_hi"] = t_interval(s["slope_primary"].to_numpy() - o["slope_primary"].to_numpy())
+        row["measure"] = g["measure"].iloc[0]
+        for key, col in MEASURE_COLUMNS.items():  # both measures' ratios where the runs logged both
+            row[f"ratio_{key}"] = (float(s[col].mean() / o[col].mean()) if col in s and s[col].notna().all()
+                                   and o[col].notna().all() and o[col].mean() != 0 else math.nan)
         row["ratio_onpolicy"] = (float(s["slope_onpolicy"].mean() / o["slope_onpolicy"].mean()) if row["outcome_learns"]
                                  else math.nan)
         probe = probes.get((regime, model), {})

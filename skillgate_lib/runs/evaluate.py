@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -162,6 +163,7 @@ def evaluate_main(argv: list[str] | None = None) -> int:
                         "model with a chat template, else the word format), words or chat (default: the run's, else auto)")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default: 2)")
     parser.add_argument("--json", action="store_true", help="print every measure as one JSON object")
+    parser.add_argument("--out", type=Path, help="also write the measures, with the command and wall time, to this JSON file")
     add_device_arguments(parser)
     args = parser.parse_args(argv)
     if args.tasks < 1:
@@ -186,17 +188,34 @@ def evaluate_main(argv: list[str] | None = None) -> int:
         regime = dataclasses.replace(regime, step_failure=args.step_failure)
     device = devices.resolve(args.device)
     devices.check_bf16(device, args.bf16)
+    t0 = time.perf_counter()
     with devices.autocast(device, args.bf16):
         env = rendered(regime.env(), tokenizer, args.render or config.get("render", "auto"))
         summary = summarize(evaluate(model.to(device), tokenizer, env, args.tasks, regime.max_new_tokens,
                                      temperature=args.temperature, domains=args.domains, split=args.split))
+        if args.split != "train" and not args.domains:  # the choice alone, teacher-forced on the same prompts
+            from skillgate_lib.runs.choice import choice_summary, heldout_pairs, oracle_choice
+
+            summary.update(choice_summary(oracle_choice(model, tokenizer, env, heldout_pairs(env, args.tasks, args.split))))
+    if args.out is not None:
+        import shlex
+        import sys
+
+        command = "python -m skillgate_lib evaluate " + " ".join(map(shlex.quote, sys.argv[2:] if argv is None else argv))
+        record = {"command": command, "model": args.model or config.get("model", "tiny"), "regime": regime.name,
+                  "tasks": args.tasks, "split": args.split, "temperature": args.temperature,
+                  "seconds": round(time.perf_counter() - t0, 1), "summary": summary}
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(record, indent=1) + "\n")
     if args.json:
         print(json.dumps(summary, indent=1))
         return 0
     kind = "training-chain tasks" if args.split == "train" else "held-out tasks"
     print(f"{label}: {args.tasks} {kind} ({args.split}), temperature {args.temperature}")
     for m in ("success", "oracle_read", "misleading_read", "invalid_read", "reads", "last_oracle", "step_acc",
-              "success_only_oracle", "success_last_oracle", "success_last_misleading"):
+              "success_only_oracle", "success_last_oracle", "success_last_misleading", "choice"):
+        if f"eval/{m}" not in summary:
+            continue
         v = summary[f"eval/{m}"]
         print(f"  {m:<24} {v:8.3f}")
     table = pd.DataFrame({h: [summary.get(f"eval/{m}/horizon={h}", np.nan) for m in BY_GROUP]

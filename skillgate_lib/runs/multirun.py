@@ -36,7 +36,7 @@ import torch
 
 from skillgate_lib.policy.decoder import MultiLlama, Unsupported
 from skillgate_lib.policy.models import load_policy
-from skillgate_lib.policy.rollout import Episode, Segment, decode, generate
+from skillgate_lib.policy.rollout import Episode, Segment, decode, generate, response_limit
 from skillgate_lib.runs.train import TrainConfig, TrainingRun, grpo_update, sampling_rounds, sft_step
 
 #: Settings the runs trained together must share: the model and what shapes their batches.
@@ -66,6 +66,7 @@ def generate_together(models: list, tokenizer, segments: list[Segment], max_new_
     """
     for m in models:
         m.eval()
+    max_new_tokens = max(response_limit(s.env, max_new_tokens) for s in segments) if segments else max_new_tokens
     try:  # the decoder is opened before any draw: a model it cannot batch leaves every generator untouched
         with torch.inference_mode():
             return decode(lambda runs: MultiLlama(models, runs, room=max_new_tokens), tokenizer, segments,

@@ -15,7 +15,7 @@ from skillgate_lib.notebooks import progress_bar
 
 #: Seconds a step and an evaluation of 256 instances take on this kind of machine (one thread, two jobs at once).
 TIMINGS = {"easy": (1.0, 6.0), "paper": (1.0, 6.0), "paper_note4": (1.1, 7.0), "paper_note8": (1.3, 8.0),
-           "paper_echo_f30": (2.6, 20.0)}
+           "paper_echo_f30": (2.6, 20.0), "paper_note8_h68": (1.8, 12.0)}
 
 
 def check_plan(plan, out_dir: Path) -> None:

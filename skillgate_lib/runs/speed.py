@@ -51,14 +51,14 @@ import numpy as np
 
 from skillgate_lib import paths
 from skillgate_lib.env import regimes
-from skillgate_lib.report.rates import SLOPE_STEPS, speed_measures, speed_run_name
+from skillgate_lib.report.rates import MEASURE_COLUMNS, MEASURES, measure_of, speed_measures, speed_run_name
 from skillgate_lib.runs import preregister
 from skillgate_lib.runs.protocol import TIMINGS, check_plan, edge_extension, end_command, write_test_records
 from skillgate_lib.runs.train import TrainConfig
 
 #: The warm start each regime of the study trains from (the RL warm start its probe audited).
 MODELS = {"easy": "tiny", "paper": "tiny", "paper_echo_f30": "tiny-echo-one", "paper_note4": "tiny-note4",
-          "paper_note8": "tiny-note8"}
+          "paper_note8": "tiny-note8", "paper_note8_h68": "tiny-note8"}
 
 #: The step-size grid each optimizer starts from (extended at an edge, see the module docstring).
 #: AdamW: the kit's studies chose the lowest of {5e-3, 1e-2} at 100 steps, so the grid reaches
@@ -80,7 +80,7 @@ class SpeedPlan:
     steps: int = 30
     max_extensions: int = 2
     test_tasks: int = 512
-    measure: str = f"slope of logit(val oracle-read) over steps 0-{SLOPE_STEPS}"
+    measure: str = MEASURES["choice"]
     settings: dict = field(default_factory=lambda: {
         "prompts_per_step": 4, "group_size": 8, "selector_coef": 0.2, "eval_every": 5, "eval_tasks": 256,
         "eval_split": "val", "log_train_every": 10, "checkpoint_every": 10})
@@ -111,7 +111,8 @@ def plan_for(regime: str, optimizer: str = "adamw", seeds: int = 8) -> SpeedPlan
 # --------------------------------------------------------------------------- running
 
 def _score(plan: SpeedPlan, out_dir: Path, method: str, lr: float) -> float:
-    return float(np.mean([speed_measures(out_dir / speed_run_name(method, lr, s))["slope_val"] for s in plan.search_seeds]))
+    column = MEASURE_COLUMNS[measure_of(plan.to_json())]  # the plan's primary measure
+    return float(np.mean([speed_measures(out_dir / speed_run_name(method, lr, s))[column] for s in plan.search_seeds]))
 
 
 def run_speed(plan: SpeedPlan, out_dir: str | Path, workers: int = 2, progress: bool = True, device: str = "cpu",
@@ -143,7 +144,7 @@ def run_speed(plan: SpeedPlan, out_dir: str | Path, workers: int = 2, progress: 
     for m in plan.methods:
         scores = {v: _score(plan, out_dir, m, v) for v in sorted(grids[m])}
         best = max(scores, key=lambda v: (scores[v], -v))
-        chosen[m] = {"knob": "lr", "value": best, "slope_val": {f"{v:g}": scores[v] for v in scores},
+        chosen[m] = {"knob": "lr", "value": best, MEASURE_COLUMNS[measure_of(plan.to_json())]: {f"{v:g}": scores[v] for v in scores},
                      "extended": extensions[m], "at_edge": edge_extension(list(scores), best) is not None}
     (out_dir / "selection.json").write_text(json.dumps(chosen, indent=1) + "\n")
     first = max(plan.search_seeds) + 1

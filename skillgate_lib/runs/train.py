@@ -546,6 +546,8 @@ class TrainingRun:
             print(devices.precision_line(device, cfg.bf16), flush=True)
         base, self.tokenizer = policy if policy is not None else load_policy(cfg.model)
         self.env, self.eval_env = make_env(cfg, tokenizer=self.tokenizer), make_env(cfg, False, self.tokenizer)
+        if device.type == "cpu" and sum(p.numel() for p in base.parameters()) > 10_000_000:
+            devices.keep_freed_memory()  # a pretrained model's update reallocates gigabytes a step
         self.model, self.params, self.opt, self.ccfg, self.skill_values = setup_training(base.to(device), cfg)
         self.start = 0
         if resume and _checkpoint_path(run_dir).exists():

@@ -1,0 +1,62 @@
+"""The lookahead against the rate study (report/lookahead.py): K chosen on the other studies only, the constant
+left out in turn, a non-positive prediction counted as a miss, and the committed predictions read back."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from skillgate_lib.report import lookahead as L
+
+
+def _table(observed: dict) -> pd.DataFrame:
+    return pd.DataFrame([{"study": s, "regime": s, "optimizer": "adamw", "ratio": r, "ratio_lo": r / 1.2,
+                          "ratio_hi": r * 1.2, "pred_share": 50.0, "pred_gshare": 100.0, "pred_summed": 1.5}
+                         for s, r in observed.items()])
+
+
+def _preds(by_k: dict) -> pd.DataFrame:
+    return pd.DataFrame([{"study": s, "k": k, "ratio": v} for k, row in by_k.items() for s, v in row.items()])
+
+
+def test_k_is_chosen_on_the_other_studies_and_the_constant_leaves_one_out():
+    table = _table({"a": 1.5, "b": 2.0, "c": 3.0})
+    preds = _preds({1: {"a": 1.0, "b": 1.0, "c": 1.0}, 2: {"a": 1.5, "b": 2.0, "c": 30.0}})
+    loo = L.loo_table(table, preds).set_index("study")
+    assert loo.loc["c", "k_loo"] == 2 and loo.loc["c", L.LOOKAHEAD] == 30.0  # a and b favour K = 2; c pays for it
+    assert loo.loc["a", "k_loo"] == 1  # b is right at K = 2, c much better at K = 1: mean error decides
+    assert loo.loc["a", L.CONSTANT] == pytest.approx(math.sqrt(2.0 * 3.0))
+    s = L.loo_summary(loo.reset_index()).set_index("predictor")
+    assert s.loc["lookahead, K = 2", "scored"] == False and s.loc[L.LOOKAHEAD, "scored"] == True  # noqa: E712
+    assert s.loc["theory: summed-gradient share", "mean_abs_log_error"] == pytest.approx(
+        np.mean(np.abs(np.log([1.5 / 1.5, 2.0 / 1.5, 3.0 / 1.5]))))
+
+
+def test_a_non_positive_prediction_is_a_miss_at_the_worst_error():
+    err = L._errors(np.array([2.0, 2.0, 2.0]), np.array([2.0, 1.0, -0.5]))
+    assert np.isnan(err[2]) and L._score(err) == pytest.approx((0 + math.log(2) + math.log(2)) / 3)
+    assert L._score(np.array([np.nan])) == 10.0
+
+
+def test_verdict_says_which_wins():
+    s = pd.DataFrame([{"predictor": L.LOOKAHEAD, "studies": 5, "mean_abs_log_error": 0.1, "max_abs_log_error": 0.2},
+                      {"predictor": L.CONSTANT, "studies": 5, "mean_abs_log_error": 0.15, "max_abs_log_error": 0.3},
+                      {"predictor": "theory: summed-gradient share", "studies": 5, "mean_abs_log_error": 0.4,
+                       "max_abs_log_error": 0.6}])
+    assert "beats the constant" in L.verdict(s) and "summed-gradient share" in L.verdict(s)
+    s.loc[0, "mean_abs_log_error"] = 0.2
+    assert "does not beat" in L.verdict(s)
+
+
+def test_predictions_read_back_only_when_complete(tmp_path):
+    cfg = {"study": "x", "regime": "paper", "optimizer": "adamw", "model": "tiny", "lr": {"outcome": 3e-3, "skillgate": 3e-3},
+           "seeds": [0, 1, 2]}
+    ratios = [{"k": 1, "ratio": 1.5, "seeds": 3}]
+    (tmp_path / "x.json").write_text(json.dumps({"config": cfg, "runs": [{}] * 6, "ratios": ratios}))
+    (tmp_path / "y.json").write_text(json.dumps({"config": {**cfg, "study": "y"}, "runs": [{}] * 4, "ratios": ratios}))
+    preds = L.predictions(tmp_path)
+    assert set(preds["study"]) == {"x", "y"} and set(L.complete(preds, tmp_path)["study"]) == {"x"}
