@@ -103,3 +103,14 @@ def test_cli_errors(capsys):
     with pytest.raises(SystemExit):
         P.predict_main(["--regime", "paper_note8", "--lr", "outcome=1e-3"])
     assert "name both arms" in capsys.readouterr().err
+
+
+def test_audit_predict_needs_a_kit_run(tmp_path, capsys):
+    """``audit PATH --predict`` on a log that is not a kit run (no config.json) says why and writes nothing."""
+    from skillgate_lib.audit.cli import main
+
+    table = tmp_path / "log.csv"
+    table.write_text("task_id,response,reward,horizon\nt1,<read> a b </read> step 1 : x y,1.0,1\n")
+    out = tmp_path / "out"
+    assert main([str(table), "--no-figures", "--predict", "--out", str(out)]) == 2
+    assert "--predict needs a kit run" in capsys.readouterr().out and not (out / "predict.json").exists()

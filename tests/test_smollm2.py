@@ -28,3 +28,19 @@ def test_two_grpo_steps_with_smollm2(tmp_path):
     assert len(steps) == 2 and steps["loss"].notna().all()
     table = logs.read_run(tmp_path / "run")
     assert (table["response_tokens"] >= 1).all()
+
+
+def test_the_committed_lora_warm_start_loads_and_evaluates():
+    """``--model smollm2-sft``: the committed adapter merged into SmolLM2 plays the chat episode on a few held-out
+    instances: it writes a JSON tool call that names a slate skill and the verifier judges every trial."""
+    from skillgate_lib.env import regimes
+    from skillgate_lib.env.chat import ChatEnv, rendered
+    from skillgate_lib.policy.models import load_policy
+    from skillgate_lib.runs.evaluate import evaluate, summarize
+
+    model, tokenizer = load_policy("smollm2-sft")
+    env = rendered(regimes.get("paper").env(), tokenizer)
+    assert isinstance(env, ChatEnv)
+    episodes = evaluate(model, tokenizer, env, 4, 160, split="val")
+    s = summarize(episodes)
+    assert s["eval/reads"] >= 0.75 and s["eval/invalid_read"] <= 0.25, s

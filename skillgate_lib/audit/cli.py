@@ -43,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--memory-limit", default="512MB", help="DuckDB memory limit (default 512MB)")
     p.add_argument("--no-figures", action="store_true")
+    p.add_argument("--predict", action="store_true", help="after the audit, the lookahead from a kit run's own "
+                   "config (its model, regime, lr and rollout shape): python -m skillgate_lib predict --run PATH")
     args = p.parse_args(argv)
     # Default: beside the audited run (<run>-audit), so a user's run keeps its audit next to it whatever the cwd;
     # the kit's committed runs under data/ keep theirs in the build directory (data/ holds inputs only).
@@ -52,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_figures and is_inside(out, args.path):
         print(f"audit: error: --out {out} lies inside the audited {args.path}; the audit never writes into its input",
               flush=True)
+        return 2
+    if args.predict and not (args.path / "config.json").exists():  # before the audit: fail fast
+        print(f"audit: error: --predict needs a kit run (its config.json); {args.path} has none", flush=True)
         return 2
     try:
         result = run_audit(
@@ -77,4 +82,9 @@ def main(argv: list[str] | None = None) -> int:
             plt.close(fig)
         result.trends.to_csv(out / "audit_trends.csv", index=False)
         print(f"\nfigures: {out}", flush=True)
+    if args.predict:
+        from skillgate_lib.runs.predict import predict_main
+
+        print("\nlookahead (python -m skillgate_lib predict --run PATH):", flush=True)
+        return predict_main(["--run", str(args.path), "--out", str(out / "predict.json")])
     return 0

@@ -42,6 +42,7 @@ from skillgate_lib.env.chat import ChatEnv
 from skillgate_lib.policy import devices
 from skillgate_lib.policy.batching import pack, response_logits
 from skillgate_lib.policy.rollout import Episode
+from skillgate_lib.policy.warmstart import lr_schedule
 from skillgate_lib.seeding import seed_everything, stream_seed
 
 CHAT_TOKEN_TYPES = ("name", "value", "rationale", "format")
@@ -189,12 +190,6 @@ def heldout_accuracy(model, chat: ChatEnv, tokenizer, cfg: LoraWarmStartConfig, 
             for k in sorted(keys)}
 
 
-def _schedule(opt, steps: int):
-    warm = max(1, steps // 20)
-    return torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + np.cos(np.pi * min(1.0, s / steps))))
-
-
 def lora_warmstart(cfg: LoraWarmStartConfig, progress: bool = True, command: str = ""):
     """Train (or resume) the LoRA warm start; save the adapter to ``cfg.out``; return ``(peft model, tokenizer)``."""
     from peft import LoraConfig, get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
@@ -216,7 +211,7 @@ def lora_warmstart(cfg: LoraWarmStartConfig, progress: bool = True, command: str
     model = get_peft_model(base, lora).to(device)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
-    sched = _schedule(opt, cfg.steps)
+    sched = lr_schedule(opt, cfg.steps)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     ckpt, log_path = out / "checkpoint.pt", out / "train_log.jsonl"

@@ -160,7 +160,9 @@ def demo_episode(env: SkillSlateEnv, tokenizer, task, slate, reads: list[str],
     return ep, types + ["format"]
 
 
-def _schedule(opt, steps: int, constant: bool = False):
+def lr_schedule(opt, steps: int, constant: bool = False):
+    """The warm starts' learning-rate schedule: linear warm-up over 5 % of ``steps``, then a cosine decay to 0
+    (or the peak held, ``constant``)."""
     warm = max(1, steps // 20)
     if constant:
         return torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm))
@@ -218,7 +220,7 @@ def warmstart(cfg: WarmStartConfig, env: SkillSlateEnv | None = None, progress: 
     devices.check_bf16(device, cfg.bf16)
     model = model.to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01, betas=(0.9, 0.98))
-    sched = _schedule(opt, cfg.steps, cfg.constant_lr)
+    sched = lr_schedule(opt, cfg.steps, cfg.constant_lr)
     ckpt, log_path = out / "checkpoint.pt", out / "train_log.jsonl"
     config = dataclasses.asdict(cfg)
     start = 0
