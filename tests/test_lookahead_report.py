@@ -60,3 +60,17 @@ def test_predictions_read_back_only_when_complete(tmp_path):
     (tmp_path / "y.json").write_text(json.dumps({"config": {**cfg, "study": "y"}, "runs": [{}] * 4, "ratios": ratios}))
     preds = L.predictions(tmp_path)
     assert set(preds["study"]) == {"x", "y"} and set(L.complete(preds, tmp_path)["study"]) == {"x"}
+
+
+def test_the_verdict_sentence_reads_the_committed_predictions():
+    """The README's sentence on the lookahead comes from the committed predictions and the rate study: it names the
+    number of studies scored and says 'better' only when the lookahead's mean error is below the constant's."""
+    from skillgate_lib.report import rates
+
+    table = rates.rate_table(rates.all_runs())
+    sentence = L.verdict_sentence(table)
+    preds = L.complete(L.predictions())
+    s = L.loo_summary(L.loo_table(table, preds)).set_index("predictor")
+    better = s.loc[L.LOOKAHEAD, "mean_abs_log_error"] < s.loc[L.CONSTANT, "mean_abs_log_error"]
+    assert ("does better" in sentence) == better and ("does no better" in sentence) == (not better)
+    assert f"{len(L.loo_table(table, preds))} studies each left out" in sentence

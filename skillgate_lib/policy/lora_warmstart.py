@@ -259,6 +259,9 @@ def lora_warmstart(cfg: LoraWarmStartConfig, progress: bool = True, command: str
     with open(log_path, "a") as f:
         f.write(json.dumps({"step": cfg.steps, "split": "heldout", **held}) + "\n")
     model.save_pretrained(out)
+    adapter_config = json.loads((out / "adapter_config.json").read_text())
+    adapter_config["base_model_name_or_path"] = cfg.model  # the kit's name for the base, not this machine's cache path
+    (out / "adapter_config.json").write_text(json.dumps(adapter_config, indent=2) + "\n")
     (out / "warmstart_config.json").write_text(json.dumps({**config, "wall_s": round(wall, 1), "command": command}, indent=1) + "\n")
     ckpt.unlink(missing_ok=True)
     return model, tokenizer

@@ -48,6 +48,17 @@ def predictions(root: str | Path = PREDICT_DIR) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def added_in(path: str | Path) -> str:
+    """The short id of the commit that added ``path`` (``git log --diff-filter=A``), or "not committed"."""
+    import subprocess
+
+    path = Path(path).resolve()
+    out = subprocess.run(["git", "-C", str(path.parent), "log", "--diff-filter=A", "--format=%h", "--", path.name],
+                         capture_output=True, text=True)
+    ids = out.stdout.split() if out.returncode == 0 else []
+    return ids[-1] if ids else "not committed"
+
+
 def _errors(observed: np.ndarray, predicted: np.ndarray) -> np.ndarray:
     """log(observed / predicted); nan where the prediction is not positive."""
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -167,10 +178,12 @@ def verdict(summary: pd.DataFrame) -> str:
     return out
 
 
-def loo_figure(loo: pd.DataFrame, preds: pd.DataFrame | None = None):
+def loo_figure(loo: pd.DataFrame):
     """Observed ratio (BCa bars) against the lookahead's leave-one-out prediction, the best closed form and the
-    constant, log-log, one panel each on the same square axes with the identity line; labels name the studies."""
+    constant, log-log, one panel each on the same square axes with the identity line; one colour and marker per
+    study, named in one legend below."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FixedLocator, NullLocator
 
     summary = loo_summary(loo).set_index("predictor")
     theory = summary[summary.index.str.startswith("theory: ")]
@@ -178,26 +191,34 @@ def loo_figure(loo: pd.DataFrame, preds: pd.DataFrame | None = None):
     cols = [c for c in cols if c is not None and c in loo]
     vals = np.concatenate([loo[c].to_numpy(dtype=float) for c in cols] + [loo["observed_lo"], loo["observed_hi"]])
     vals = vals[np.isfinite(vals) & (vals > 0)]
-    lo, hi = vals.min() / 1.3, vals.max() * 1.3
-    fig, axes = plt.subplots(1, len(cols), figsize=(3.6 * len(cols), 3.9), sharex=True, sharey=True, squeeze=False)
+    lo, hi = vals.min() / 1.2, vals.max() * 1.2
+    ticks = [t for t in (0.5, 0.75, 1, 1.5, 2, 3, 4, 6, 8) if lo <= t <= hi]
+    markers = "osD^vP*X"
+    fig, axes = plt.subplots(1, len(cols), figsize=(3.5 * len(cols), 4.2), sharex=True, sharey=True, squeeze=False)
     for ax, col in zip(axes[0], cols):
-        x, y = loo[col].to_numpy(dtype=float), loo["observed"].to_numpy(dtype=float)
-        ok = np.isfinite(x) & (x > 0)
-        yerr = np.abs(np.vstack([y - loo["observed_lo"], loo["observed_hi"] - y]))
-        ax.errorbar(x[ok], y[ok], yerr=yerr[:, ok], fmt="o", color="C0", ecolor="0.6", capsize=2)
-        for xi, yi, name in zip(x[ok], y[ok], loo["study"][ok]):
-            ax.annotate(name, (xi, yi), textcoords="offset points", xytext=(4, -10), fontsize=7)
+        for i, r in enumerate(loo.itertuples()):
+            x = float(loo.loc[r.Index, col])
+            if not (np.isfinite(x) and x > 0):
+                continue
+            ax.errorbar([x], [r.observed], yerr=[[r.observed - r.observed_lo], [r.observed_hi - r.observed]],
+                        fmt=markers[i % len(markers)], color=f"C{i}", ecolor=f"C{i}", capsize=2, label=r.study)
         ax.plot([lo, hi], [lo, hi], color="0.4", lw=0.8, ls="--")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlim(lo, hi)
         ax.set_ylim(lo, hi)
         ax.set_aspect("equal")
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_locator(FixedLocator(ticks))
+            axis.set_minor_locator(NullLocator())
+            axis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:g}"))
         err = summary.loc[col, "mean_abs_log_error"]
         ax.set_title(f"{col.removeprefix('theory: ')}\noff {math.exp(err):.2f}x on average", fontsize=9)
         ax.set_xlabel("predicted ratio")
     axes[0][0].set_ylabel("observed speed ratio (SkillGate / outcome)")
-    fig.tight_layout()
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 5), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     return fig
 
 
@@ -228,12 +249,13 @@ def markdown(table: pd.DataFrame, root: str | Path = PREDICT_DIR) -> str:
         seen = ("–" if o is None else f"{o['ratio']:.2f} [{o['ratio_lo']:.2f}, {o['ratio_hi']:.2f}]" if o["ratio"] > 0
                 else "– (outcome-only does not learn)")
         lr = g.iloc[0]
-        rows.append([f"`{study}`", f"{lr['lr_outcome']:g} / {lr['lr_skillgate']:g}", str(int(lr["seeds"])),
+        rows.append([f"`{study}`", added_in(Path(root) / lr["file"]), f"{lr['lr_outcome']:g} / {lr['lr_skillgate']:g}",
+                     str(int(lr["seeds"])),
                      *[f"{g.loc[k, 'ratio']:.2f} [{g.loc[k, 'ratio_lo']:.2f}, {g.loc[k, 'ratio_hi']:.2f}]" for k in ks],
                      f"{g.loc[ks[-1], 'delta_outcome']:+.3f} / {g.loc[ks[-1], 'delta_skillgate']:+.3f}", seen])
-    out = [markdown_table(["study", "lr (both arms)", "seeds", *[f"K = {k}" for k in ks],
+    out = [markdown_table(["study", "prediction committed in", "lr (both arms)", "seeds", *[f"K = {k}" for k in ks],
                            f"logit change at K = {ks[-1]}, outcome / SkillGate", "observed ratio [BCa 95 %]"],
-                          rows, "lrr" + "r" * len(ks) + "rr")]
+                          rows, "llrr" + "r" * len(ks) + "rr")]
     loo = loo_table(table, preds)
     if len(loo) >= 2:
         shown = display_loo(loo).reset_index()
@@ -256,8 +278,7 @@ def verdict_sentence(table: pd.DataFrame, root: str | Path = PREDICT_DIR) -> str
         return ""
     s = loo_summary(loo).set_index("predictor")
     a, c = s.loc[LOOKAHEAD], s.loc[CONSTANT]
-    word = "predicts it better than" if a["mean_abs_log_error"] < c["mean_abs_log_error"] else "predicts it no better than"
-    return (f"A lookahead of at most {int(preds['k'].max())} GRPO steps of each arm from the warm start "
-            f"(`predict`) {word} the constant, each study left out in turn: off "
-            f"{math.exp(a['mean_abs_log_error']):.2f}x on average against {math.exp(c['mean_abs_log_error']):.2f}x "
-            f"over {len(loo)} studies.")
+    better = a["mean_abs_log_error"] < c["mean_abs_log_error"]
+    return (f"A {int(preds['k'].max())}-step lookahead does {'better' if better else 'no better'} (off "
+            f"{math.exp(a['mean_abs_log_error']):.2f}x vs {math.exp(c['mean_abs_log_error']):.2f}x, {len(loo)} studies "
+            f"each left out).")

@@ -472,9 +472,9 @@ def predictor_sentence(fit: pd.DataFrame) -> str:
     best = theory["max_abs_residual"].idxmin()
     b, c = theory.loc[best], scored.loc[CONSTANT]
     verb = "predicts it no better than" if c["max_abs_residual"] <= b["max_abs_residual"] else "predicts it better than"
-    return (f"the theory's closed form {verb} a constant (within {math.exp(b['max_abs_residual']):.1f}x of every "
-            f"study at best, from the {best}, against {math.exp(c['max_abs_residual']):.2f}x for the other studies' "
-            f"mean)")
+    return (f"the theory's closed form {verb} a constant (at best, from the {best}, within "
+            f"{math.exp(b['max_abs_residual']):.1f}x of every study, against {math.exp(c['max_abs_residual']):.2f}x for "
+            f"the others' mean)")
 
 
 def verdict_sentence(table: pd.DataFrame, fit: pd.DataFrame) -> str:

@@ -116,13 +116,14 @@ def _score(plan: SpeedPlan, out_dir: Path, method: str, lr: float) -> float:
 
 
 def run_speed(plan: SpeedPlan, out_dir: str | Path, workers: int = 2, progress: bool = True, device: str = "cpu",
-              together: int = 8) -> dict:
-    """Run (or resume) ``plan`` under ``out_dir`` (module docstring); returns the selection."""
+              together: int = 8, threads: int | None = None) -> dict:
+    """Run (or resume) ``plan`` under ``out_dir`` (module docstring); returns the selection. ``threads``: torch threads
+    per worker (default: the cores split among the workers)."""
     from skillgate_lib.runs.compare import train_all
 
     out_dir = Path(out_dir)
     check_plan(plan, out_dir)
-    threads = max(1, (os.cpu_count() or 2) // workers)
+    threads = threads or max(1, (os.cpu_count() or 2) // workers)
     grids = {m: list(plan.grid) for m in plan.methods}
     extensions = {m: [] for m in plan.methods}
     while True:
@@ -176,6 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, default=8, help="seeds per arm at the choice (default: 8)")
     p.add_argument("--out-dir", type=Path, help="default: build/runs/speed/<regime>[-<optimizer>]")
     p.add_argument("--workers", type=int, default=2, help="processes at once (the cores are split among them)")
+    p.add_argument("--threads", type=int, help="torch threads per worker (default: the cores split among the workers; "
+                   "fewer leaves cores to other jobs, speed only: the numbers agree up to rounding)")
     p.add_argument("--together", type=int, default=8, help="runs trained together in one process (default: 8)")
     p.add_argument("--device", default="cpu", help="auto, cpu (default) or cuda")
     p.add_argument("--dry-run", action="store_true", help="print the plan and its estimated wall time, run nothing")
@@ -205,7 +208,8 @@ def speed_main(argv: list[str] | None = None) -> int:
         return 0
     t0 = time.perf_counter()
 
-    return end_command(run_speed(plan, out, args.workers, device=args.device, together=args.together), out, args.export, t0)
+    return end_command(run_speed(plan, out, args.workers, device=args.device, together=args.together,
+                                 threads=args.threads), out, args.export, t0)
 
 
 main = speed_main
