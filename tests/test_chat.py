@@ -148,7 +148,7 @@ def test_lora_warm_start_types_its_tokens_and_runs(tokenizer, tmp_path):
 
     chat = ChatEnv(regimes.get("paper").env(), tokenizer)
     task, slate, _ = next(_cases(chat.env))
-    ep, types = L.demo_episode(chat, tokenizer, task, slate, [slate.oracle], np.random.default_rng(0))
+    ep, types = L.chat_demo_episode(chat, tokenizer, task, slate, [slate.oracle], np.random.default_rng(0))
     named = [i for i, t in zip(ep.response_ids, types) if t == "name"]
     assert tokenizer.decode(named).strip().strip('"') == display_name(slate.oracle)
     values = [tokenizer.decode([i]).strip() for i, t in zip(ep.response_ids, types) if t == "value"]

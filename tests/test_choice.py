@@ -13,7 +13,8 @@ from skillgate_lib.env import regimes
 from skillgate_lib.policy.models import load_policy
 from skillgate_lib.policy.rollout import generate
 from skillgate_lib.env import SkillSlateEnv
-from skillgate_lib.runs.choice import call_episode, choice_summary, heldout_pairs, logit, oracle_choice
+from skillgate_lib.runs.choice import call_episode, choice_summary, logit, oracle_choice
+from skillgate_lib.runs.evaluate import heldout_pairs
 
 
 def test_read_call_spans_the_name_words():

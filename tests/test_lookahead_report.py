@@ -47,9 +47,9 @@ def test_verdict_says_which_wins():
                       {"predictor": L.CONSTANT, "studies": 5, "mean_abs_log_error": 0.15, "max_abs_log_error": 0.3},
                       {"predictor": "theory: summed-gradient share", "studies": 5, "mean_abs_log_error": 0.4,
                        "max_abs_log_error": 0.6}])
-    assert "beats the constant" in L.verdict(s) and "summed-gradient share" in L.verdict(s)
+    assert "beats the constant" in L.loo_verdict(s) and "summed-gradient share" in L.loo_verdict(s)
     s.loc[0, "mean_abs_log_error"] = 0.2
-    assert "does not beat" in L.verdict(s)
+    assert "does not beat" in L.loo_verdict(s)
 
 
 def test_predictions_read_back_only_when_complete(tmp_path):
@@ -68,7 +68,7 @@ def test_the_verdict_sentence_reads_the_committed_predictions():
     from skillgate_lib.report import rates
 
     table = rates.rate_table(rates.all_runs())
-    sentence = L.verdict_sentence(table)
+    sentence = L.lookahead_sentence(table)
     preds = L.complete(L.predictions())
     s = L.loo_summary(L.loo_table(table, preds)).set_index("predictor")
     better = s.loc[L.LOOKAHEAD, "mean_abs_log_error"] < s.loc[L.CONSTANT, "mean_abs_log_error"]

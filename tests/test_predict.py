@@ -60,7 +60,7 @@ def test_both_arms_see_the_same_first_rollouts_and_fresh_optimizers(monkeypatch)
     cfg = _small()
     base, tok = P._base(cfg)
     before = {k: v.clone() for k, v in base.state_dict().items()}
-    from skillgate_lib.runs.choice import heldout_pairs
+    from skillgate_lib.runs.evaluate import heldout_pairs
     from skillgate_lib.runs.train import make_env
 
     pairs = heldout_pairs(make_env(cfg.train_config("outcome", 0), train=False), 8)

@@ -121,7 +121,7 @@ def char_types(chat: ChatEnv, slate, text: str) -> list[tuple[int, int, str]]:
     return spans
 
 
-def demo_episode(chat: ChatEnv, tokenizer, task, slate, reads: list[str], rng) -> tuple[Episode, list[str]]:
+def chat_demo_episode(chat: ChatEnv, tokenizer, task, slate, reads: list[str], rng) -> tuple[Episode, list[str]]:
     """A chat demonstration as an :class:`Episode` (the insertions carry no loss; the end-of-turn token does) and
     the type of each response token (``env`` for inserted ones)."""
     text = chat.demonstration(task, slate, reads, rng)
@@ -161,7 +161,7 @@ def _batch(chat: ChatEnv, tokenizer, cfg: LoraWarmStartConfig, step: int, split:
     episodes, types = [], []
     for k, task in enumerate(tasks):
         slate = chat.env.slate(task, seed=stream_seed(cfg.seed, step, 3, k))
-        ep, ty = demo_episode(chat, tokenizer, task, slate, mixed_reads(slate, rng, cfg.p_oracle, cfg.read_mix), rng)
+        ep, ty = chat_demo_episode(chat, tokenizer, task, slate, mixed_reads(slate, rng, cfg.p_oracle, cfg.read_mix), rng)
         episodes.append(ep)
         types.append(ty)
     return episodes, types

@@ -233,7 +233,7 @@ def verdict(figures_dir: Path, data_dir: Path) -> str:
             + success_sentence(success_by_regime(figures_dir, data_dir))[0].upper()
             + success_sentence(success_by_regime(figures_dir, data_dir))[1:] + ". "
             + rates.verdict_sentence(table, fit)
-            + (" " + look if (look := lookahead.verdict_sentence(table, data_dir / "runs" / "predict")) else ""))
+            + (" " + look if (look := lookahead.lookahead_sentence(table, data_dir / "runs" / "predict")) else ""))
     keep = re.sub(r"\[[^\]]*\]", lambda m: m.group(0).replace(" ", "\0"), text)  # no line break inside an interval
     return textwrap.fill(keep, width=112, break_on_hyphens=False, break_long_words=False).replace("\0", " ") + "\n"
 

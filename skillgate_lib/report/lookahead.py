@@ -156,7 +156,7 @@ def display_loo(loo: pd.DataFrame) -> pd.DataFrame:
     return out.set_index("study")
 
 
-def verdict(summary: pd.DataFrame) -> str:
+def loo_verdict(summary: pd.DataFrame) -> str:
     """Whether the lookahead beats the constant predictor, by mean absolute log error (largest beside), in words."""
     s = summary.set_index("predictor")
     if LOOKAHEAD not in s.index or CONSTANT not in s.index:
@@ -262,12 +262,12 @@ def markdown(table: pd.DataFrame, root: str | Path = PREDICT_DIR) -> str:
         out.append(markdown_table(list(shown.columns), shown.astype(str).values.tolist(), "l" + "r" * (shown.shape[1] - 1)))
         summary = display_summary(loo_summary(loo)).reset_index()
         out.append(markdown_table(list(summary.columns), summary.astype(str).values.tolist(), "lrrrr"))
-        sentence = verdict(loo_summary(loo))
+        sentence = loo_verdict(loo_summary(loo))
         out.append(sentence[:1].upper() + sentence[1:] + ".")
     return "\n\n".join(out) + "\n"
 
 
-def verdict_sentence(table: pd.DataFrame, root: str | Path = PREDICT_DIR) -> str:
+def lookahead_sentence(table: pd.DataFrame, root: str | Path = PREDICT_DIR) -> str:
     """The README verdict's sentence on the lookahead: whether it predicts the speed ratio better than the constant,
     left out in turn, and on how many studies; empty when fewer than three studies are predicted."""
     preds = complete(predictions(root), root)

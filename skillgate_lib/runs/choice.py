@@ -24,7 +24,6 @@ import torch
 from skillgate_lib.env import SkillSlateEnv, token_spans
 from skillgate_lib.policy.batching import pack, response_logprobs
 from skillgate_lib.policy.rollout import Episode
-from skillgate_lib.seeding import stream_seed
 
 
 def call_episode(env, tokenizer, prompt_ids: list[int], task, slate, group: int, name: str, scored: str) -> Episode:
@@ -43,15 +42,6 @@ def call_episode(env, tokenizer, prompt_ids: list[int], task, slate, group: int,
     else:
         raise ValueError(f"scored must be 'name', 'name+close' or 'call', got {scored!r}")
     return Episode(task, slate, group, prompt_ids, response_ids=list(ids), policy_mask=mask)
-
-
-def heldout_pairs(env: SkillSlateEnv, n_tasks: int, split: str = "val") -> list[tuple]:
-    """The ``(task, slate)`` prompts of a held-out evaluation of ``n_tasks`` instances: the same instances and slates
-    :func:`~skillgate_lib.runs.evaluate.evaluate` samples trials on."""
-    from skillgate_lib.runs.evaluate import heldout_tasks
-
-    tasks, seed = heldout_tasks(env, n_tasks, split)
-    return [(t, env.slate(t, seed=stream_seed(seed, k))) for k, t in enumerate(tasks)]
 
 
 @torch.no_grad()

@@ -109,6 +109,13 @@ def heldout_tasks(env: SkillSlateEnv, n_tasks: int, split: str = "eval", domains
     return env.sample_tasks(n_tasks, split=split, seed=EVAL_SEED, domains=domains, horizons=horizons), EVAL_SEED
 
 
+def heldout_pairs(env: SkillSlateEnv, n_tasks: int, split: str = "val") -> list[tuple]:
+    """The ``(task, slate)`` prompts of a held-out evaluation of ``n_tasks`` instances: the same instances and slates
+    :func:`evaluate` samples trials on (the choice alone is measured on them, :mod:`skillgate_lib.runs.choice`)."""
+    tasks, seed = heldout_tasks(env, n_tasks, split)
+    return [(t, env.slate(t, seed=stream_seed(seed, k))) for k, t in enumerate(tasks)]
+
+
 def evaluate(model, tokenizer, env: SkillSlateEnv, n_tasks: int, max_new_tokens: int = 160, batch: int = 128,
              temperature: float = 1.0, domains=None, horizons=None, split: str = "eval") -> list[Episode]:
     """One sampled trial on each of ``n_tasks`` fixed held-out instances of ``split`` (same for every run).
@@ -194,7 +201,7 @@ def evaluate_main(argv: list[str] | None = None) -> int:
         summary = summarize(evaluate(model.to(device), tokenizer, env, args.tasks, regime.max_new_tokens,
                                      temperature=args.temperature, domains=args.domains, split=args.split))
         if args.split != "train" and not args.domains:  # the choice alone, teacher-forced on the same prompts
-            from skillgate_lib.runs.choice import choice_summary, heldout_pairs, oracle_choice
+            from skillgate_lib.runs.choice import choice_summary, oracle_choice
 
             summary.update(choice_summary(oracle_choice(model, tokenizer, env, heldout_pairs(env, args.tasks, args.split))))
     if args.out is not None:

@@ -206,7 +206,7 @@ def predict(cfg: PredictConfig, out: str | Path, command: str = "", progress: bo
     """Run (or resume) the prediction into ``out`` (a JSON file); returns its record."""
     from tqdm.auto import tqdm
 
-    from skillgate_lib.runs.choice import heldout_pairs
+    from skillgate_lib.runs.evaluate import heldout_pairs
     from skillgate_lib.runs.train import make_env
 
     out = Path(out)

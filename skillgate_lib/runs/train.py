@@ -38,8 +38,8 @@ from skillgate_lib.policy.batching import pack, response_logprobs
 from skillgate_lib.policy.models import load_policy, model_fingerprint
 from skillgate_lib.policy.rollout import Episode, generate
 from skillgate_lib.runs import optimizers, tracking
-from skillgate_lib.runs.choice import call_episode, choice_summary, heldout_pairs, oracle_choice
-from skillgate_lib.runs.evaluate import EVAL_SEED, evaluate, summarize
+from skillgate_lib.runs.choice import call_episode, choice_summary, oracle_choice
+from skillgate_lib.runs.evaluate import EVAL_SEED, evaluate, heldout_pairs, summarize
 from skillgate_lib.runs.records import credit_inputs, episode_rows, group_sample
 from skillgate_lib.seeding import seed_everything, stream_seed
 
