@@ -282,8 +282,15 @@ def gate_rows(summary: dict) -> list[tuple[str, float, str, bool]]:
 
 
 def write_readme(out: str | Path) -> str:
-    """``OUT/README.md`` from the files the warm start and its gate evaluation wrote (``warmstart_config.json``,
-    ``train_log.jsonl``, and ``gates.json`` when present); returns the text."""
+    """``OUT/README.md`` (:func:`readme_text`); returns the text."""
+    text = readme_text(out)
+    (Path(out) / "README.md").write_text(text)
+    return text
+
+
+def readme_text(out: str | Path, title: bool = True) -> str:
+    """A warm start's README from the files its command and its gate evaluation wrote (``warmstart_config.json``,
+    ``train_log.jsonl``, and ``gates.json`` when present); without ``title``, the body alone (docs/results.md)."""
     out = Path(out)
     cfg = json.loads((out / "warmstart_config.json").read_text())
     rows = [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines() if x.strip()]
@@ -321,9 +328,7 @@ def write_readme(out: str | Path) -> str:
         lines += [f"| {m} | {v:.3f} | {r} | {'yes' if ok else 'no'} |" for m, v, r, ok in gate_rows(g["summary"])]
         if "eval/choice" in g["summary"]:
             lines += ["", f"Teacher-forced P(oracle | slate) on the same prompts: {g['summary']['eval/choice']:.3f}."]
-    text = "\n".join(lines) + "\n"
-    (out / "README.md").write_text(text)
-    return text
+    return "\n".join(lines[0 if title else 4:]) + "\n"
 
 
 def lora_warmstart_main(argv: list[str] | None = None) -> int:

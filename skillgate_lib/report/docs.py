@@ -305,6 +305,13 @@ def _lookahead(data_dir: Path) -> str:
     return lookahead.markdown(_rate_tables(data_dir)[0], data_dir / "runs" / "predict")
 
 
+def _warmstart_readme(model_dir: Path) -> str:
+    """A LoRA warm start's command, wall time, per-token accuracy and gates (:mod:`skillgate_lib.policy.lora_warmstart`)."""
+    from skillgate_lib.policy.lora_warmstart import readme_text
+
+    return readme_text(model_dir, title=False)
+
+
 def generated_blocks(figures_dir: Path = paths.FIGURES_DIR, data_dir: Path = paths.DATA_DIR) -> dict:
     """Every generated block by name: a function of no argument that returns its Markdown."""
     from skillgate_lib.report import gradients as gradient_report
@@ -329,6 +336,7 @@ def generated_blocks(figures_dir: Path = paths.FIGURES_DIR, data_dir: Path = pat
         "rate_fit": lambda: _rates(data_dir)[1],
         "rate_summary": lambda: _rates(data_dir)[2],
         "rate_lookahead": lambda: _lookahead(data_dir),
+        "smollm2_warmstart": lambda: _warmstart_readme(data_dir / "models" / "smollm2-sft"),
         "diagnosis_paper": lambda: diagnosis_table(diagnosis / "summary.csv", DIAGNOSIS_CONDITIONS),
         **{f"diagnosis_{d.replace('-', '_')}": (lambda d=d: diagnosis_table(diagnosis / d / "summary.csv"))
            for d in ("read-stop", *DIAGNOSED)},
