@@ -53,7 +53,8 @@ from skillgate_lib.env.skills import Slate
 #: The tool a read calls, and its argument.
 READ_TOOL, READ_ARGUMENT = "read", "skill"
 _SENTINEL_CALL, _SENTINEL_BODY = "\x00CALL\x00", "\x00BODY\x00"
-_PARENS = re.compile(r"\([^()]*\)")
+#: A parenthesised remark: free text the verifier drops from the lines after the last tool turn.
+REMARK = re.compile(r"\([^()]*\)")
 
 INSTRUCTIONS = (
     "Read one skill below with a tool call, "
@@ -206,7 +207,7 @@ class ChatEnv:
             parts.append(self.env._insertion(slate, words, k))
             tools.append((call.call_end, end))
             pos = end
-        rest = _PARENS.sub(" ", response[pos:])
+        rest = REMARK.sub(" ", response[pos:])
         return " ".join([*parts, *rest.split()]), names, tools
 
     def score(self, task: Task, slate: Slate, response: str, rng: np.random.Generator | None = None) -> Outcome:

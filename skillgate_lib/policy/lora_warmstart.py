@@ -38,7 +38,7 @@ from tqdm.auto import tqdm
 from skillgate_lib import logs, paths
 from skillgate_lib.cli import add_fields, from_args
 from skillgate_lib.env import mixed_reads, regimes
-from skillgate_lib.env.chat import ChatEnv
+from skillgate_lib.env.chat import REMARK, ChatEnv
 from skillgate_lib.policy import devices
 from skillgate_lib.policy.batching import pack, response_logits
 from skillgate_lib.policy.rollout import Episode
@@ -47,7 +47,6 @@ from skillgate_lib.seeding import seed_everything, stream_seed
 
 CHAT_TOKEN_TYPES = ("name", "value", "rationale", "format")
 _STEP_VALUE = re.compile(r"^step \d+ : \S+ (\S+)", re.M)
-_PARENS = re.compile(r"\([^()]*\)")
 
 
 @dataclass
@@ -116,7 +115,7 @@ def char_types(chat: ChatEnv, slate, text: str) -> list[tuple[int, int, str]]:
         spans.append((call.call_end, call.call_end + len(insertion), "env"))
         pos = call.call_end + len(insertion)
     tail = text[pos:]
-    spans += [(pos + m.start(), pos + m.end(), "rationale") for m in _PARENS.finditer(tail)]
+    spans += [(pos + m.start(), pos + m.end(), "rationale") for m in REMARK.finditer(tail)]
     spans += [(pos + m.start(1), pos + m.end(1), "value") for m in _STEP_VALUE.finditer(tail)]
     return spans
 
@@ -167,7 +166,7 @@ def _batch(chat: ChatEnv, tokenizer, cfg: LoraWarmStartConfig, step: int, split:
     return episodes, types
 
 
-def _forward(model, episodes, types, tokenizer, device, bf16: bool):
+def _forward(model, episodes, tokenizer, device, bf16: bool):
     batch = {k: v.to(device) for k, v in pack(episodes, tokenizer.pad_token_id).items()}
     with devices.autocast(device, bf16):
         logits = response_logits(model, batch)
@@ -182,7 +181,7 @@ def heldout_accuracy(model, chat: ChatEnv, tokenizer, cfg: LoraWarmStartConfig, 
     rows = []
     with torch.no_grad():
         for i in range(0, len(episodes), 8):
-            batch, logits = _forward(model, episodes[i:i + 8], types[i:i + 8], tokenizer, device, cfg.bf16)
+            batch, logits = _forward(model, episodes[i:i + 8], tokenizer, device, cfg.bf16)
             rows.append((len(episodes[i:i + 8]), _accuracy(logits, batch, types[i:i + 8])))
     model.train(was)
     keys = {k for _, r in rows for k in r}
@@ -233,7 +232,7 @@ def lora_warmstart(cfg: LoraWarmStartConfig, progress: bool = True, command: str
     bar = tqdm(range(start, cfg.steps), desc="LoRA warm start", disable=not progress, initial=start, total=cfg.steps)
     for step in bar:
         episodes, types = _batch(chat, tokenizer, cfg, step)
-        batch, logits = _forward(model, episodes, types, tokenizer, device, cfg.bf16)
+        batch, logits = _forward(model, episodes, tokenizer, device, cfg.bf16)
         mask = batch["response_mask"].float()
         logp = torch.gather(torch.log_softmax(logits, -1), 2, batch["response_ids"][..., None]).squeeze(-1)
         loss = -(logp * mask).sum() / mask.sum()

@@ -232,8 +232,6 @@ def predict(cfg: PredictConfig, out: str | Path, command: str = "", progress: bo
             _write(out, record)
     record["ratios"] = ratios(record["runs"], cfg.steps)
     record["wall_s"] = round(sum(r["seconds"] for r in record["runs"]), 1)
-    if not todo:
-        record["wall_s"] = record.get("wall_s", 0.0)
     _write(out, record)
     if todo:
         print(f"{len(todo)} runs in {time.perf_counter() - t0:.0f} s")
