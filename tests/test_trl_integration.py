@@ -304,8 +304,23 @@ def test_refuses_loss_types_it_cannot_match(tmp_path):
     data = Dataset.from_list([{"prompt": "task: sort", "skill_names": [], "skill_categories": []}] * 4)
     args = GRPOConfig(output_dir=str(tmp_path), report_to="none", num_generations=4, per_device_train_batch_size=4,
                       use_cpu=True, bf16=False, loss_type="grpo")
-    with pytest.raises(ValueError, match="loss_type='grpo'.*needs one of \\('dapo',\\)"):
+    with pytest.raises(ValueError, match="loss_type='grpo'.*needs one of \\('dapo',\\): only dapo divides"):
         SkillGateGRPOTrainer(model=model, args=args, processing_class=tok, reward_funcs=_reward, train_dataset=data)
+
+
+def test_the_docs_list_every_refused_grpo_config_value_with_its_reason():
+    """docs/integrations.md's table of refusals has one row per field the trainer restricts, with the values it accepts."""
+    from pathlib import Path
+
+    from skillgate_lib.integrations.trl import GRPO_CONFIG_LIMITS
+
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "integrations.md").read_text()
+    rows = {line.split("|")[1].strip(" `"): line.split("|")[2] for line in docs.splitlines()
+            if line.startswith("| `") and line.split("|")[1].strip(" `") in GRPO_CONFIG_LIMITS}
+    assert set(rows) == set(GRPO_CONFIG_LIMITS)
+    for field, (allowed, why) in GRPO_CONFIG_LIMITS.items():
+        assert [v for v in allowed if f"`{v}`" not in rows[field]] == [], field
+        assert why
 
 
 def test_the_kit_audit_reads_the_trl_run(run):

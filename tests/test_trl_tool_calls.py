@@ -454,3 +454,46 @@ def test_the_trainer_refuses_a_read_format_that_locates_no_executed_read(tmp_pat
     with pytest.raises(ValueError, match=r"executed 11 read calls in the first generation batch, but read_format=ReadFormat"
                                          r".*located none.*Pass read_format="):
         trainer.train()
+
+
+class PromptingReads(SlateReads):
+    """An environment that owns the data: ``reset()`` returns the prompt, and TRL builds a prompt-only dataset itself."""
+
+    def reset(self, **_):
+        return "sort a list"
+
+
+def test_environment_owned_data_trains_on_the_outcome_channel(tmp_path):
+    """No train_dataset: TRL's own placeholder rows have no slate, so every read is off-slate and carries no selector
+    signal; the rows are counted, the batch is the kit's credit of those reads, and the step updates the LoRA weights."""
+    pytest.importorskip("trl")
+    peft = pytest.importorskip("peft")
+    from trl import GRPOConfig
+
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    torch.manual_seed(0)
+    tok = chat_tokenizer()
+    model, _ = _model_and_rows(tok, PROMPTS)
+    args = GRPOConfig(output_dir=str(tmp_path), report_to="none", max_steps=1, num_generations=4,
+                      per_device_train_batch_size=len(FIRST_TURNS), max_completion_length=120, logging_steps=1,
+                      use_cpu=True, bf16=False, learning_rate=5e-2, save_strategy="no", seed=0)
+    trainer = _trainer_class()(model=model, args=args, processing_class=tok, reward_funcs=_answer,
+                               environment_factory=PromptingReads,
+                               peft_config=peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                                           task_type="CAUSAL_LM"))
+    trainer.generated = []
+    before = {k: v.detach().clone() for k, v in trainer.model.named_parameters() if "lora_B" in k}
+    trainer.train()
+    log = trainer.state.log_history[0]
+    assert log["rows/no_slate"] == 12.0 and log["reads/parsed"] == 11.0 and log["credit/update_skipped"] == 0
+    batch = trainer.generated[0]
+    n = batch["completion_mask"].sum(dim=1).tolist()
+    reads = [read_spans(ids[:k].tolist(), tok, {})[0] for ids, k in zip(batch["completion_ids"], n)]
+    assert {s.category for r in reads for s in r} == {"invalid"} and sum(map(len, reads)) == 11
+    rewards = torch.tensor([1.0 if i in ORACLE_ROWS else 0.0 for i in range(len(FIRST_TURNS))], dtype=torch.float64)
+    mask = (batch["completion_mask"] * batch["tool_mask"]).bool()
+    credit = assign("skillgate", CreditInputs(rewards, torch.arange(len(FIRST_TURNS)) // 4, mask, reads))
+    assert all(a == 0 for row in credit.read_adv for a in row)  # no selector signal
+    N = int(batch["num_items_in_batch"])
+    torch.testing.assert_close(batch["advantages"], (credit.advantages * credit.weights * N).float(), rtol=1e-6, atol=1e-7)
+    assert [k for k, v in trainer.model.named_parameters() if k in before and not torch.equal(before[k], v)]

@@ -100,7 +100,7 @@ is per step; with ``steps_per_generation = k * gradient_accumulation_steps`` eac
 ``loss_type`` values normalise per micro-batch or per sequence and are refused, as are
 ``importance_sampling_level="sequence"`` (it mixes the channels inside one ratio) and
 ``scale_rewards="batch"`` / ``multi_objective_aggregation="normalize_then_sum"`` (the kit's
-outcome advantage is group-normalised). The KL term (``beta``), the entropy bonus and
+outcome advantage is group-normalised); :data:`GRPO_CONFIG_LIMITS` holds each with its reason. The KL term (``beta``), the entropy bonus and
 entropy / off-policy masks keep TRL's behaviour.
 
 Logging
@@ -171,6 +171,22 @@ AUDIT_READ_PATTERN = r"<read>\s*(?P<name>[^<>]+?)\s*</read>"
 """``audit --read-pattern`` for the kit's several-word skill names in a plain TRL log (a SkillGate run's reads are logged)."""
 
 
+GRPO_CONFIG_LIMITS: dict[str, tuple[tuple[str, ...], str]] = {
+    "loss_type": (("dapo",), "only dapo divides the summed token losses by the generation batch's loss-token count, so "
+                  "advantages times the kit's weights make TRL's loss the kit's sum(weights * surrogate); the others "
+                  "normalise per sequence (grpo), per micro-batch (bnpo) or by a constant (dr_grpo), or replace the "
+                  "clipped surrogate (cispo, sapo, luspo, vespo)"),
+    "importance_sampling_level": (("token",), "a sequence-level ratio mixes the selector and execution channels' "
+                                  "tokens inside one ratio, so neither channel's clipping is the kit's"),
+    "scale_rewards": (("group", "none"), "the kit's outcome advantage is centred (and scaled) per prompt group; a batch "
+                      "standard deviation gives the outcome channel other values than the kit's"),
+    "multi_objective_aggregation": (("sum_then_normalize",), "the kit's credit takes one reward per completion (the "
+                                    "weighted sum); normalising each reward function first is not that sum"),
+}
+"""``GRPOConfig`` fields the trainer restricts -> (the values it accepts, why): refused at construction, listed in
+docs/integrations.md."""
+
+
 def use_kit_chat_format(tokenizer):
     """Give ``tokenizer`` :data:`CHAT_TEMPLATE` and :data:`RESPONSE_TEMPLATE` (in place; returns it).
 
@@ -234,16 +250,10 @@ class SkillGateGRPOTrainer(GRPOTrainer):
         super().__init__(*args, **kwargs)
         check_trl_hooks(GRPOTrainer, self)
         a = self.args
-        refusals = {
-            "loss_type": (a.loss_type, ("dapo",)),
-            "importance_sampling_level": (a.importance_sampling_level, ("token",)),
-            "scale_rewards": (a.scale_rewards, ("group", "none")),
-            "multi_objective_aggregation": (a.multi_objective_aggregation, ("sum_then_normalize",)),
-        }
-        for field, (value, allowed) in refusals.items():
+        for field, (allowed, why) in GRPO_CONFIG_LIMITS.items():
+            value = getattr(a, field)
             if value not in allowed:
-                raise ValueError(f"GRPOConfig.{field}={value!r}: SkillGateGRPOTrainer needs one of {allowed} "
-                                 "(see skillgate_lib.integrations.trl for why)")
+                raise ValueError(f"GRPOConfig.{field}={value!r}: SkillGateGRPOTrainer needs one of {allowed}: {why}")
         cfg = credit_config or CreditConfig(scale_rewards=a.scale_rewards == "group")
         if cfg.scale_rewards != (a.scale_rewards == "group"):
             raise ValueError(f"CreditConfig.scale_rewards={cfg.scale_rewards} disagrees with "
@@ -439,6 +449,6 @@ class MetricsJsonl(TrainerCallback):
             fh.write(json.dumps(row, sort_keys=True, default=float) + "\n")
 
 
-__all__ = ["SkillGateGRPOTrainer", "EnvReward", "MetricsJsonl", "SkillReads", "env_dataset", "fold_weights", "skill_argument",
+__all__ = ["SkillGateGRPOTrainer", "GRPO_CONFIG_LIMITS", "EnvReward", "MetricsJsonl", "SkillReads", "env_dataset", "fold_weights", "skill_argument",
            "transcript", "trl_method", "trl_methods", "use_kit_chat_format", "write_task_table", "CHAT_TEMPLATE",
            "RESPONSE_TEMPLATE", "AUDIT_READ_PATTERN", "NAMES_COLUMN", "CATEGORIES_COLUMN"]
