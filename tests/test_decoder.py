@@ -6,6 +6,8 @@ exactly, so "close" is not enough: every comparison here is ``torch.equal`` or l
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -51,43 +53,64 @@ def _prompt_rows(tokenizer, n: int, padded: bool) -> list[list[int]]:
     return [r[3 * k:] for k, r in enumerate(rows)] if padded else rows
 
 
+def _compare_steps(model, ids, attn, pos, vocab: int, autocast: bool = False) -> None:
+    """The model's own forward against LeanLlama through a prefill, copies per group, one-token steps, wide
+    right-padded steps, a masked row, a dropped row and a cache that has to grow: every logit equal."""
+    g = torch.Generator().manual_seed(0)
+    context = torch.autocast("cpu", dtype=torch.bfloat16) if autocast else contextlib.nullcontext()
+    with torch.inference_mode(), merged_lora(model) as policy, context:
+        ref, lean = HFDecoder(policy), LeanLlama(policy, room=4)
+        assert torch.equal(ref.prefill(ids, attn, pos), lean.prefill(ids, attn, pos))
+        source = torch.tensor([0, 0, 1, 1, 2, 2])
+        for decoder in (ref, lean):
+            decoder.select(source)
+        last = pos[:, -1][source]
+        for s in range(12):
+            width = 6 if s % 4 == 1 else 1
+            lengths = torch.randint(1, width + 1, (len(last),), generator=g)
+            if s == 6:
+                lengths[1] = 0  # an ended row: fed a masked column
+            step = torch.randint(3, vocab, (len(last), width), generator=g)
+            new = (torch.arange(width)[None] < lengths[:, None]).long()
+            positions = last[:, None] + 1 + torch.arange(width)
+            a, b = ref.step(step, new, positions, lengths), lean.step(step, new, positions, lengths)
+            assert torch.equal(a, b), f"step {s} (width {width}): max |diff| {(a - b).abs().max():.3g}"
+            last = last + lengths
+            if s == 7:
+                keep = torch.tensor([0, 2, 3, 5])
+                for decoder in (ref, lean):
+                    decoder.select(keep)
+                last = last[keep]
+        assert lean.padding.shape[1] > ids.shape[1] + 4, "the cache never grew: growth untested"
+        if autocast:
+            assert lean.keys[0].dtype == torch.bfloat16 and lean.layers[0].q.dtype == torch.bfloat16
+
+
 @pytest.mark.parametrize("attention,padded", [("sdpa", True), ("sdpa", False), ("eager", True)])
 def test_prefill_and_steps_give_the_models_own_logits(rambling, attention, padded):
-    """Left-padded (or equal-length) prompts, copies per group, one-token steps, wide right-padded
-    steps, a masked row, a dropped row and a cache that has to grow: every logit equal."""
+    """The committed tiny model under a LoRA update, left-padded or equal-length prompts."""
     model, tokenizer = rambling
     model.get_base_model().set_attn_implementation(attention)
     model.eval()
     try:
         ids, attn, pos = _left_pad(_prompt_rows(tokenizer, 3, padded), tokenizer.pad_token_id)
         assert bool((attn == 0).any()) == padded
-        g = torch.Generator().manual_seed(0)
-        with torch.inference_mode(), merged_lora(model) as policy:
-            ref, lean = HFDecoder(policy), LeanLlama(policy, room=4)
-            assert torch.equal(ref.prefill(ids, attn, pos), lean.prefill(ids, attn, pos))
-            source = torch.tensor([0, 0, 1, 1, 2, 2])
-            for decoder in (ref, lean):
-                decoder.select(source)
-            last = pos[:, -1][source]
-            for s in range(12):
-                width = 6 if s % 4 == 1 else 1
-                lengths = torch.randint(1, width + 1, (len(last),), generator=g)
-                if s == 6:
-                    lengths[1] = 0  # an ended row: fed a masked column
-                step = torch.randint(3, len(tokenizer), (len(last), width), generator=g)
-                new = (torch.arange(width)[None] < lengths[:, None]).long()
-                positions = last[:, None] + 1 + torch.arange(width)
-                a, b = ref.step(step, new, positions, lengths), lean.step(step, new, positions, lengths)
-                assert torch.equal(a, b), f"step {s} (width {width}): max |diff| {(a - b).abs().max():.3g}"
-                last = last + lengths
-                if s == 7:
-                    keep = torch.tensor([0, 2, 3, 5])
-                    for decoder in (ref, lean):
-                        decoder.select(keep)
-                    last = last[keep]
-            assert lean.padding.shape[1] > ids.shape[1] + 4, "the cache never grew: growth untested"
+        _compare_steps(model, ids, attn, pos, len(tokenizer))
     finally:
         model.get_base_model().set_attn_implementation("sdpa")
+
+
+@pytest.mark.parametrize("autocast", [False, True], ids=["fp32", "bf16-autocast"])
+@pytest.mark.parametrize("attention,padded", [("sdpa", True), ("sdpa", False), ("eager", True)])
+def test_grouped_key_value_heads_give_the_models_own_logits(attention, padded, autocast):
+    """A random Llama with GQA (8 query heads on 2 key/value heads, SmolLM2's kind) and a tied head, in fp32 and
+    under bf16 autocast (weights and cache cast once, the logits still the model's own)."""
+    torch.manual_seed(0)
+    model = _llama(num_attention_heads=8, num_key_value_heads=2, hidden_size=64, vocab_size=96)
+    model.set_attn_implementation(attention)
+    rows = [[int(t) for t in torch.randint(3, 96, (n,))] for n in ((20, 17, 12) if padded else (15, 15, 15))]
+    ids, attn, pos = _left_pad(rows, 0)
+    _compare_steps(model, ids, attn, pos, 96, autocast)
 
 
 @pytest.mark.parametrize("cap", [160, 512])
@@ -130,7 +153,7 @@ def _llama(**overrides) -> LlamaForCausalLM:
 
 @pytest.mark.parametrize("overrides,reason", [
     ({"attention_bias": True}, "biases"),
-    ({"num_key_value_heads": 2}, "GQA"),
+    ({"num_attention_heads": 4, "num_key_value_heads": 3}, "multiple"),
     ({"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}}, "RoPE"),
     ({"hidden_act": "gelu"}, "silu"),
 ])

@@ -31,7 +31,7 @@ RoPE helpers, and must stay exact against one another; apart, those helpers woul
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -104,6 +104,15 @@ class _Layer:
             attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj))
         return cls(pre.weight, pre.variance_epsilon, q, k, v, o, post.weight, post.variance_epsilon, gate, up, down)
 
+    def cast(self, dtype: torch.dtype) -> _Layer:
+        """The projections as ``dtype`` copies (the norms' weights as they are): what autocast would cast
+        them to in every call, cast once."""
+        return replace(self, **{name: getattr(self, name).to(dtype) for name in _MATMUL_WEIGHTS})
+
+
+#: The :class:`_Layer` fields that enter matmuls (cast under autocast); the norms' weights do not.
+_MATMUL_WEIGHTS = ("q", "k", "v", "o", "gate", "up", "down")
+
 
 def _base_llama(model):
     """The ``LlamaForCausalLM`` under ``model`` (a peft wrapper is looked through); Unsupported otherwise."""
@@ -131,7 +140,7 @@ def _check_model(llama) -> None:
         "RoPE is not the default kind (rope scaling)": inner.rotary_emb.rope_type != "default",
         "attention or MLP projections have biases": bool(cfg.attention_bias or cfg.mlp_bias),
         "the MLP activation is not silu": cfg.hidden_act != "silu",
-        "key/value heads are grouped (GQA)": cfg.num_key_value_heads != cfg.num_attention_heads,
+        "attention heads are not a multiple of key/value heads": cfg.num_attention_heads % cfg.num_key_value_heads != 0,
         "attention is not causal": not getattr(cfg, "is_causal", True),
         "hub kernels replace some forwards": bool(getattr(llama, "use_kernels", False)),
         "the model is in training mode (dropout)": llama.training,
@@ -172,6 +181,20 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return (x * cos) + (torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin)
 
 
+def _repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
+    """Keys or values ``(rows, kv_heads, columns, head_dim)`` with each head repeated ``groups`` times, as
+    transformers' ``repeat_kv`` lays them out."""
+    if groups == 1:
+        return x
+    rows, heads, columns, dim = x.shape
+    return x[:, :, None].expand(rows, heads, groups, columns, dim).reshape(rows, heads * groups, columns, dim)
+
+
+def _autocast_dtype(device: torch.device) -> torch.dtype | None:
+    """The dtype autocast computes matmuls in on ``device`` at this moment, or None where autocast is off."""
+    return torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else None
+
+
 class LeanLlama:
     """Prefill and decode steps of a ``LlamaForCausalLM``, equal bit for bit to its own forward.
 
@@ -179,10 +202,20 @@ class LeanLlama:
     LoRA update is folded into the base weights, and the parameters read here are those base
     weights. It reads them at call time, so it must be used inside the same context.
 
-    The cache keeps, per layer, keys and values of shape ``(rows, heads, capacity, head_dim)``
+    The cache keeps, per layer, keys and values of shape ``(rows, kv_heads, capacity, head_dim)``
     and a boolean padding row per batch row; a step writes its columns after the used ones and
     attends over exactly the used columns, as the model's growing cache would. ``room`` is the
     number of columns reserved after the prompt; the cache doubles when a step needs more.
+
+    Grouped key/value heads (GQA, as in SmolLM2) take the path transformers' sdpa attention takes
+    for the same call (``enable_gqa`` without a mask, the query heads packed for a one-column step
+    with a mask, repeated keys and values otherwise; repeated keys and values for eager).
+
+    Built inside a bf16 autocast (``--bf16``), it casts the projections' weights and the head to
+    bf16 once, where autocast would cast them in every call, and holds the cache in bf16, which is
+    what autocast casts the keys and values to before attention reads them. The arithmetic is
+    unchanged, so the logits still equal the model's own under the same autocast; a pretrained
+    model's decode step otherwise spends a quarter of its time casting weights.
     """
 
     def __init__(self, model, room: int = 256):
@@ -195,9 +228,16 @@ class LeanLlama:
         self.lm_head = _weight(llama.lm_head, torch.nn.Linear)
         self.eager = cfg._attn_implementation == "eager"
         self.heads, self.head_dim = cfg.num_attention_heads, inner.layers[0].self_attn.head_dim
+        self.kv_heads = cfg.num_key_value_heads
+        self.groups = self.heads // self.kv_heads
         self.scaling = inner.layers[0].self_attn.scaling
         self.inv_freq, self.rope_scale = inner.rotary_emb.inv_freq, inner.rotary_emb.attention_scaling
         self.device, self.dtype = self.embed.device, self.embed.dtype
+        # under autocast: the matmuls' weights cast once, the cache in the dtype attention reads it in
+        self.cache_dtype = _autocast_dtype(self.device) or self.dtype
+        if self.cache_dtype != self.dtype:
+            self.layers = [layer.cast(self.cache_dtype) for layer in self.layers]
+            self.lm_head = self.lm_head.to(self.cache_dtype)
         self.room = room
         self.cos = self.sin = torch.empty(0, self.head_dim, device=self.device, dtype=self.dtype)
         self.keys: list[torch.Tensor] = []
@@ -210,9 +250,9 @@ class LeanLlama:
     def prefill(self, ids: torch.Tensor, attn: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """Run the left-padded prompts into a fresh cache; the logits after each prompt's last token."""
         rows, width = ids.shape
-        shape = (rows, self.heads, width + self.room, self.head_dim)
-        self.keys = [torch.empty(shape, device=self.device, dtype=self.dtype) for _ in self.layers]
-        self.values = [torch.empty(shape, device=self.device, dtype=self.dtype) for _ in self.layers]
+        shape = (rows, self.kv_heads, width + self.room, self.head_dim)
+        self.keys = [torch.empty(shape, device=self.device, dtype=self.cache_dtype) for _ in self.layers]
+        self.values = [torch.empty(shape, device=self.device, dtype=self.cache_dtype) for _ in self.layers]
         self.padding = torch.zeros(rows, width + self.room, dtype=torch.bool, device=self.device)
         self.used = 0
         return self._forward(ids, attn, pos, logits_to_keep=1)[:, -1].float()
@@ -260,13 +300,22 @@ class LeanLlama:
         self.keys[i][:, :, start:end] = k
         self.values[i][:, :, start:end] = v
         keys, values = self.keys[i][:, :, :end], self.values[i][:, :, :end]
+        gqa = {}
         if self.eager:
+            keys, values = _repeat_kv(keys, self.groups), _repeat_kv(values, self.groups)
             weights = torch.matmul(q, keys.transpose(2, 3)) * self.scaling + mask
             weights = F.softmax(weights, dim=-1, dtype=torch.float32).to(q.dtype)
             out = torch.matmul(weights, values)
         else:
+            if self.groups > 1 and mask is None:
+                gqa = {"enable_gqa": True}
+            elif self.groups > 1 and width == 1:  # a query head's group as columns of its key/value head
+                q = q.reshape(rows, self.kv_heads, self.groups, self.head_dim)
+            else:
+                keys, values = _repeat_kv(keys, self.groups), _repeat_kv(values, self.groups)
             out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, dropout_p=0.0, scale=self.scaling,
-                                                 is_causal=mask is None and width > 1)
+                                                 is_causal=mask is None and width > 1, **gqa)
+            out = out.reshape(rows, -1, width, self.head_dim)
         out = out.transpose(1, 2).contiguous().reshape(rows, width, -1)
         return F.linear(out, layer.o)
 
@@ -286,13 +335,13 @@ class LeanLlama:
 
     def _take(self, cache: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """Rows ``rows`` of one layer's keys or values, same capacity; only the used columns are copied."""
-        out = torch.empty(len(rows), *cache.shape[1:], device=self.device, dtype=self.dtype)
+        out = torch.empty(len(rows), *cache.shape[1:], device=self.device, dtype=cache.dtype)
         out[:, :, : self.used] = cache[rows, :, : self.used]
         return out
 
     def _grow(self, cache: torch.Tensor, capacity: int) -> torch.Tensor:
         """A copy of one layer's keys or values with room for ``capacity`` columns."""
-        out = torch.empty(*cache.shape[:2], capacity, cache.shape[3], device=self.device, dtype=self.dtype)
+        out = torch.empty(*cache.shape[:2], capacity, cache.shape[3], device=self.device, dtype=cache.dtype)
         out[:, :, : self.used] = cache[:, :, : self.used]
         return out
 
@@ -402,6 +451,10 @@ class MultiLlama(LeanLlama):
         first = models[0]
         with first.disable_adapter() if isinstance(first, PeftModel) else contextlib.nullcontext():
             super().__init__(first, room)
+        if self.groups > 1:
+            raise Unsupported("key/value heads are grouped (GQA): MultiLlama decodes models without GQA only")
+        if self.cache_dtype != self.dtype:
+            raise Unsupported("MultiLlama runs without autocast")
         self.lora, self.cols = _stacked_adapters(models)
         self.lora = {key: (a.to(self.device), b.to(self.device)) for key, (a, b) in self.lora.items()}
         self.cols = self.cols.to(self.device)
