@@ -1,11 +1,13 @@
 """One GRPO step of the kit against TRL's ``GRPOTrainer``, side by side on the same model and batch.
 
     python benchmarks/bench_grpo_step.py [--steps 5] [--threads 2] [--new-tokens 64] [--force-length]
-                                         [--length-buckets N] [--quick]
+                                         [--length-buckets N] [--model tiny|smollm2-sft] [--bf16] [--quick]
 
-Both sides start from the same weights (the committed warm start ``data/models/tiny-sft``
-when it exists, else ``models.tiny_llama`` at a fixed random init: the timing does not
-depend on the weights), put LoRA (rank 8, alpha 16) on q/k/v/o, use the same learning
+Both sides start from the same weights (``--model tiny``: the committed warm start
+``data/models/tiny-sft`` when it exists, else ``models.tiny_llama`` at a fixed random init: the
+timing does not depend on the weights; ``--model smollm2-sft``: SmolLM2-135M-Instruct with the
+committed LoRA warm start folded in, its prompts in the chat rendering of ``--regime``, default
+``paper``), put the kit's LoRA on the same projections, use the same learning
 rate, clip and gradient-norm cap, run on CPU with the same torch thread count, and see
 the same prompts: step ``s`` of both sides gets the kit environment's ``prompts`` train
 prompts of step ``s`` (~165 tokens each), ``group`` samples of each, ``new_tokens``
@@ -20,6 +22,14 @@ response tokens at temperature 1.
   (``per_device_train_batch_size = prompts * group``, so ``steps_per_generation = 1``), every
   completion forced to ``new_tokens`` tokens (``min_new_tokens``), gradient checkpointing off
   (TRL's default turns it on; the kit does not checkpoint), timed per step by a callback.
+
+The two sides alternate step by step (TRL's step ``s``, then the kit's step ``s``, from a TRL
+callback), so a load that comes and goes on a shared machine falls on both; besides each side's
+medians the bench reports the median of the paired per-step ratios kit/TRL with their range
+and interquartile range. ``--bf16`` runs both sides' forward passes under bf16 autocast (the
+kit's ``TrainConfig.bf16``, TRL's ``bf16=True``), and the MFU is then taken against the bf16
+matmul peak. For the decode it also reports the floor set by reading the weights once per
+decode forward at the measured read bandwidth, as a fraction of the measured forward.
 
 The kit's loop also stops at ``new_tokens`` decode steps (it stops early only when every
 sequence has ended, which a 64-row batch never does in practice); its rows can be shorter
@@ -91,67 +101,94 @@ class BenchConfig:
     """Forbid the kit's EOS until new_tokens, so its rows are as long as TRL's."""
     length_buckets: int = train.TrainConfig.length_buckets
     """Row groups of similar response length in the kit's update (1 = one padded batch)."""
+    model: str = "tiny"
+    """``tiny`` (the embedded word-level Llama) or ``smollm2-sft`` (SmolLM2-135M-Instruct and its LoRA warm start)."""
+    regime: str = ""
+    """The environment's regime ("" = the default environment for tiny, ``paper`` for SmolLM2)."""
+    bf16: bool = False
+    """bf16 autocast of both sides' forward passes (a CPU with native bf16 matmuls, or CUDA)."""
 
 
-def _base_model(tokenizer, seed: int):
-    """The warm start when committed, else the tiny Llama at a seeded random init; and its name."""
+MODELS = ("tiny", "smollm2-sft")
+
+
+def _setup(cfg: BenchConfig):
+    """``(base model, tokenizer, environment, model name)`` of the bench's ``--model`` and ``--regime``."""
+    if cfg.model == "smollm2-sft":
+        base, tokenizer = models.load_policy("smollm2-sft")
+        env = train.make_env(train.TrainConfig(regime=cfg.regime or "paper"), tokenizer=tokenizer)
+        return base, tokenizer, env, f"smollm2-sft (SmolLM2-135M-Instruct + LoRA warm start, {cfg.regime or 'paper'}, chat)"
+    tokenizer = load_tokenizer()
+    env = train.make_env(train.TrainConfig(regime=cfg.regime)) if cfg.regime else SkillSlateEnv()
     if (models.TINY_MODELS["tiny"] / "config.json").exists():
-        return models.load_policy("tiny")[0], "tiny-sft (warm start)"
-    torch.manual_seed(seed)
-    return models.tiny_llama(tokenizer), "tiny_llama (random init)"
+        return models.load_policy("tiny")[0], tokenizer, env, "tiny-sft (warm start)"
+    torch.manual_seed(cfg.seed)
+    return models.tiny_llama(tokenizer), tokenizer, env, "tiny_llama (random init)"
 
 
+class KitSide:
+    """The kit's side, one GRPO step per :meth:`step`: the trainer's own step with its decode forwards counted."""
 
+    def __init__(self, base, tokenizer, env, train_cfg: train.TrainConfig, force_length: bool = False):
+        self.tokenizer, self.env, self.cfg, self.force_length = tokenizer, env, train_cfg, force_length
+        self.model, self.params, self.opt, self.ccfg, self.skill_values = train.setup_training(base, train_cfg)
+        self.raw: dict[str, list] = {k: [] for k in ("step_s", "generate_s", "mean_response_tokens", "mean_prompt_tokens",
+                                                     "decode_forwards", "reads_per_episode", "env_token_fraction",
+                                                     "mean_policy_tokens")}
+        self.episodes: list = []
 
-def run_kit(base, tokenizer, env: SkillSlateEnv, train_cfg: train.TrainConfig, n_steps: int,
-            force_length: bool = False) -> dict:
-    """``n_steps`` GRPO steps of the kit's loop; per-step wall times (s), batch shapes, decode
-    forwards, and the FLOPs of one update (forward + backward) counted on the last batch."""
-    from skillgate_lib.policy.batching import pack, response_logprobs
-    from skillgate_lib.policy.rollout import generate
+    def step(self) -> None:
+        from skillgate_lib.policy.rollout import generate
 
-    torch.set_num_threads(train_cfg.threads)
-    model, params, opt, ccfg, skill_values = train.setup_training(base, train_cfg)
-    forwards: list[int] = []
+        forwards: list[int] = []
 
-    def counted(*args, **kwargs):  # the trainer's own generate, with its decode-forward count kept
-        stats: dict = {}
-        out = generate(*args, **kwargs, stats=stats, min_new_tokens=train_cfg.max_new_tokens if force_length else 0)
-        forwards.append(stats["decode_forwards"])
-        return out
+        def counted(*args, **kwargs):  # the trainer's own generate, with its decode-forward count kept
+            stats: dict = {}
+            out = generate(*args, **kwargs, stats=stats,
+                           min_new_tokens=self.cfg.max_new_tokens if self.force_length else 0)
+            forwards.append(stats["decode_forwards"])
+            return out
 
-    train.generate, original = counted, train.generate
-    try:
-        step_s, gen_s, resp_len, prompt_len, reads, env_frac, policy_len = [], [], [], [], [], [], []
-        for step in range(n_steps):
+        torch.set_num_threads(self.cfg.threads)
+        train.generate, original = counted, train.generate
+        try:
             t0 = time.perf_counter()
-            episodes, _, _, row, _ = train.grpo_step(model, tokenizer, env, opt, params, train_cfg, ccfg, step, skill_values)
-            step_s.append(time.perf_counter() - t0)
-            gen_s.append(row["time/generate_s"])
-            resp_len.append(float(np.mean([len(e.response_ids) for e in episodes])))
-            prompt_len.append(float(np.mean([len(e.prompt_ids) for e in episodes])))
-            reads.append(float(np.mean([len(e.outcome.reads) for e in episodes])))
-            env_frac.append(float(np.mean([1 - e.policy_tokens / max(1, len(e.response_ids)) for e in episodes])))
-            policy_len.append(float(np.mean([e.policy_tokens for e in episodes])))
-    finally:
-        train.generate = original
-    from torch.utils.flop_counter import FlopCounterMode
+            episodes, _, _, row, _ = train.grpo_step(self.model, self.tokenizer, self.env, self.opt, self.params,
+                                                     self.cfg, self.ccfg, len(self.raw["step_s"]), self.skill_values)
+            elapsed = time.perf_counter() - t0
+        finally:
+            train.generate = original
+        r = self.raw
+        r["step_s"].append(elapsed)
+        r["generate_s"].append(row["time/generate_s"])
+        r["decode_forwards"].append(sum(forwards))
+        r["mean_response_tokens"].append(float(np.mean([len(e.response_ids) for e in episodes])))
+        r["mean_prompt_tokens"].append(float(np.mean([len(e.prompt_ids) for e in episodes])))
+        r["reads_per_episode"].append(float(np.mean([len(e.outcome.reads) for e in episodes])))
+        r["env_token_fraction"].append(float(np.mean([1 - e.policy_tokens / max(1, len(e.response_ids)) for e in episodes])))
+        r["mean_policy_tokens"].append(float(np.mean([e.policy_tokens for e in episodes])))
+        self.episodes = episodes
 
-    batch = pack(episodes, tokenizer.pad_token_id)
-    model.train()
-    with FlopCounterMode(display=False) as counter:
-        (response_logprobs(model, batch, buckets=train_cfg.length_buckets) * batch["response_mask"]).sum().backward()
-    opt.zero_grad(set_to_none=True)
-    return dict(step_s=step_s, generate_s=gen_s, mean_response_tokens=resp_len, mean_prompt_tokens=prompt_len,
-                decode_forwards=forwards, reads_per_episode=reads, env_token_fraction=env_frac, mean_policy_tokens=policy_len,
-                peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                update_flops=counter.get_total_flops(), torch_threads=torch.get_num_threads())
+    def result(self) -> dict:
+        """The per-step record, the process's peak memory and the FLOPs of one update counted on the last batch."""
+        from torch.utils.flop_counter import FlopCounterMode
+
+        from skillgate_lib.policy import devices
+        from skillgate_lib.policy.batching import pack, response_logprobs
+
+        batch = pack(self.episodes, self.tokenizer.pad_token_id)
+        self.model.train()
+        with FlopCounterMode(display=False) as counter, devices.autocast(torch.device("cpu"), self.cfg.bf16):
+            (response_logprobs(self.model, batch, buckets=self.cfg.length_buckets) * batch["response_mask"]).sum().backward()
+        self.opt.zero_grad(set_to_none=True)
+        return dict(self.raw, peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                    update_flops=counter.get_total_flops(), torch_threads=torch.get_num_threads())
 
 
-def matmul_peak_gflops(threads: int, n: int = 2048, repeats: int = 7) -> float:
-    """This machine's fp32 matmul rate (GFLOP/s) at ``threads``: median of ``repeats`` n^3 products."""
+def matmul_peak_gflops(threads: int, n: int = 2048, repeats: int = 7, dtype: torch.dtype = torch.float32) -> float:
+    """This machine's matmul rate (GFLOP/s) in ``dtype`` at ``threads``: median of ``repeats`` n^3 products."""
     torch.set_num_threads(threads)
-    a, b = torch.randn(n, n), torch.randn(n, n)
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
     for _ in range(2):
         a @ b
     times = []
@@ -162,7 +199,19 @@ def matmul_peak_gflops(threads: int, n: int = 2048, repeats: int = 7) -> float:
     return 2 * n**3 / statistics.median(times) / 1e9
 
 
-def _trl_dataset(env: SkillSlateEnv, train_cfg: train.TrainConfig, n_steps: int):
+class _ChatReward:
+    """TRL reward for the chat rendering: the environment's own verifier on the completion as written."""
+
+    __name__ = "env_reward"
+
+    def __init__(self, env, episodes: dict):
+        self.env, self.episodes = env, episodes
+
+    def __call__(self, prompts, completions, task_id, **_) -> list[float]:
+        return [float(self.env.score(*self.episodes[t], c).reward) for c, t in zip(completions, task_id)]
+
+
+def _trl_dataset(env, train_cfg: train.TrainConfig, n_steps: int):
     """The kit's prompts of steps 0..n_steps-1 in order, as a TRL dataset, and the env reward over them."""
     from datasets import Dataset
 
@@ -174,11 +223,13 @@ def _trl_dataset(env: SkillSlateEnv, train_cfg: train.TrainConfig, n_steps: int)
             key = f"step{step}-prompt{g}"  # a task can recur with another slate: key by position
             episodes[key] = (task, slate)
             rows.append({"prompt": env.prompt(task, slate), "task_id": key})
-    return Dataset.from_list(rows), EnvReward(env, episodes)
+    reward = _ChatReward(env, episodes) if hasattr(env, "to_words") else EnvReward(env, episodes)
+    return Dataset.from_list(rows), reward
 
 
-def run_trl(base, tokenizer, env: SkillSlateEnv, train_cfg: train.TrainConfig, n_steps: int, workdir: str) -> dict:
-    """``n_steps`` steps of TRL's ``GRPOTrainer`` on the same prompts; per-step wall times (s) and shapes."""
+def run_trl(base, tokenizer, env, train_cfg: train.TrainConfig, n_steps: int, workdir: str, between=None) -> dict:
+    """``n_steps`` steps of TRL's ``GRPOTrainer`` on the same prompts; per-step wall times (s) and shapes.
+    ``between()``, when given, runs after each TRL step (the kit's step of the same index: the sides alternate)."""
     from peft import LoraConfig
     from transformers import TrainerCallback
     from transformers.trainer_callback import PrinterCallback
@@ -197,17 +248,20 @@ def run_trl(base, tokenizer, env: SkillSlateEnv, train_cfg: train.TrainConfig, n
 
     class StepTimer(TrainerCallback):
         def on_step_begin(self, args, state, control, **kwargs):
+            torch.set_num_threads(train_cfg.threads)
             self.t0 = time.perf_counter()
 
         def on_step_end(self, args, state, control, **kwargs):
             record["step_s"].append(time.perf_counter() - self.t0)
+            if between is not None:
+                between()
 
     record: dict[str, list] = {"step_s": [], "generate_s": [], "mean_response_tokens": [], "mean_prompt_tokens": []}
     torch.set_num_threads(train_cfg.threads)
     dataset, reward = _trl_dataset(env, train_cfg, n_steps)
     n = train_cfg.prompts_per_step * train_cfg.group_size
     args = GRPOConfig(
-        output_dir=workdir, report_to="none", use_cpu=True, bf16=False, gradient_checkpointing=False,
+        output_dir=workdir, report_to="none", use_cpu=True, bf16=train_cfg.bf16, gradient_checkpointing=False,
         num_generations=train_cfg.group_size, per_device_train_batch_size=n, gradient_accumulation_steps=1,
         max_completion_length=train_cfg.max_new_tokens, generation_kwargs={"min_new_tokens": train_cfg.max_new_tokens},
         temperature=train_cfg.temperature, learning_rate=train_cfg.lr, weight_decay=0.0, lr_scheduler_type="constant",
@@ -224,6 +278,34 @@ def run_trl(base, tokenizer, env: SkillSlateEnv, train_cfg: train.TrainConfig, n
         raise RuntimeError(f"TRL ran {len(record['step_s'])} steps, expected max_steps={n_steps}")
     return {**record, "torch_threads": torch.get_num_threads(), "steps_per_generation": args.steps_per_generation,
             "generation_batch_size": args.generation_batch_size}
+
+
+def paired_ratios(kit: dict, trl: dict) -> dict:
+    """Kit/TRL ratios of step ``s`` against step ``s`` (the warm-up pair dropped), per completion and per response
+    token: each list, its median, range and interquartile range."""
+    out = {}
+    for name, per_row in (("per_completion", lambda r, s: 1.0), ("per_response_token", lambda r, s: r["mean_response_tokens"][s])):
+        ratios = [(per_row(kit, s) / kit["step_s"][s]) / (per_row(trl, s) / trl["step_s"][s])
+                  for s in range(1, min(len(kit["step_s"]), len(trl["step_s"])))]
+        q1, _, q3 = statistics.quantiles(ratios, n=4, method="inclusive") if len(ratios) > 1 else (ratios[0],) * 3
+        out[name] = {"ratios": ratios, "median": statistics.median(ratios), "min": min(ratios), "max": max(ratios),
+                     "q1": q1, "q3": q3}
+    return out
+
+
+def weight_bytes(model, dtype: torch.dtype) -> int:
+    """Bytes of the weights a decode forward reads once: every matrix of the decoder (the embedding table is
+    indexed, not read whole, unless it doubles as the head), in the dtype the matmuls use."""
+    size = torch.empty((), dtype=dtype).element_size()
+    seen, total = set(), 0
+    for name, p in model.named_parameters():
+        if p.dim() != 2 or id(p) in seen or "lora_" in name:
+            continue
+        seen.add(id(p))
+        tied = "embed_tokens" in name and getattr(model.config, "tie_word_embeddings", False)
+        if "embed_tokens" not in name or tied:
+            total += p.numel() * size
+    return total
 
 
 def _summary(raw: dict, completions: int) -> dict:
@@ -256,51 +338,81 @@ def main(argv: list[str] | None = None) -> int:
                    help="forbid the kit's EOS until --new-tokens, so its rows are as long as TRL's")
     p.add_argument("--length-buckets", type=int, default=BenchConfig.length_buckets,
                    help="row groups of similar response length in the kit's update (1 = one padded batch)")
+    p.add_argument("--model", choices=MODELS, default=BenchConfig.model,
+                   help="tiny (the embedded Llama, default) or smollm2-sft (SmolLM2-135M-Instruct + its LoRA warm start)")
+    p.add_argument("--regime", default="", help="the environment's regime (default: the plain environment; paper for SmolLM2)")
+    p.add_argument("--prompts", type=int, default=BenchConfig.prompts, help="prompts per step (default 8)")
+    p.add_argument("--group", type=int, default=BenchConfig.group, help="completions per prompt (default 8)")
+    p.add_argument("--bf16", action="store_true", help="bf16 autocast on both sides (a CPU with native bf16 matmuls)")
     p.add_argument("--quick", action="store_true", help="smoke run: 2 prompts x 4 completions x 8 tokens, 2 timed steps")
     p.add_argument("--out", type=Path, default=OUT, help=f"result JSON (default {OUT})")
     a = p.parse_args(argv)
-    cfg = BenchConfig(steps=a.steps, threads=a.threads, new_tokens=a.new_tokens, quick=a.quick,
-                      force_length=a.force_length, length_buckets=a.length_buckets)
+    cfg = BenchConfig(steps=a.steps, threads=a.threads, new_tokens=a.new_tokens, quick=a.quick, prompts=a.prompts,
+                      group=a.group, force_length=a.force_length, length_buckets=a.length_buckets, model=a.model,
+                      regime=a.regime, bf16=a.bf16)
     if cfg.quick:
         cfg.steps, cfg.prompts, cfg.group, cfg.new_tokens = min(cfg.steps, 2), 2, 4, 8
     if cfg.steps < 1:
         p.error(f"--steps must be >= 1 (timed steps after the warm-up), got {cfg.steps}")
+    from skillgate_lib.policy import devices
+
+    devices.check_bf16(torch.device("cpu"), cfg.bf16)
     n_steps = cfg.steps + 1
+    base, tokenizer, env, model_name = _setup(cfg)
+    from skillgate_lib.policy.rollout import response_limit
+
+    if response_limit(env, cfg.new_tokens) != cfg.new_tokens:  # the chat rendering's cap holds a whole episode
+        print(f"--new-tokens {cfg.new_tokens} raised to {response_limit(env, cfg.new_tokens)}, the rendering's response cap "
+              "(the kit's rollouts never stop before it), on both sides", flush=True)
+        cfg.new_tokens = response_limit(env, cfg.new_tokens)
     # The same work as TRL's side: no KL term (beta=0) and every drawn group trained (no filter, hence one draw).
     train_cfg = train.TrainConfig(seed=cfg.seed, steps=n_steps, prompts_per_step=cfg.prompts, group_size=cfg.group,
                                   lr=cfg.lr, max_new_tokens=cfg.new_tokens, threads=cfg.threads, kl_coef=0.0,
-                                  filter_groups=False, length_buckets=cfg.length_buckets)
+                                  filter_groups=False, length_buckets=cfg.length_buckets, bf16=cfg.bf16,
+                                  model=cfg.model, **({"regime": cfg.regime} if cfg.regime else {}))
     # transformers' rename of gradient_checkpointing, hit by TRL's own config handling
     warnings.filterwarnings("ignore", category=FutureWarning, message=r".*gradient_checkpointing.*")
     train.seed_everything(cfg.seed)
     torch.set_num_threads(cfg.threads)
-    env, tokenizer = SkillSlateEnv(), load_tokenizer()
-    base, model_name = _base_model(tokenizer, cfg.seed)
+    if sum(q.numel() for q in base.parameters()) > 10_000_000:
+        devices.keep_freed_memory()  # as the trainer does for a pretrained model
     trl_base = copy.deepcopy(base)  # both sides start from identical weights
     n = cfg.prompts * cfg.group
     load = {"before": os.getloadavg()}
-    kit = _summary(run_kit(base, tokenizer, env, train_cfg, n_steps, cfg.force_length), n)
-    load["between"] = os.getloadavg()
+    kit_side = KitSide(base, tokenizer, env, train_cfg, cfg.force_length)
+    print(f"{model_name}: {n_steps} steps a side, alternating (TRL then kit), {cfg.prompts} x {cfg.group} rollouts, "
+          f"{cfg.new_tokens} new tokens, {devices.precision_line(torch.device('cpu'), cfg.bf16)}", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-grpo-trl-") as workdir:
-        trl_ = _summary(run_trl(trl_base, tokenizer, env, train_cfg, n_steps, workdir), n)
+        trl_raw = run_trl(trl_base, tokenizer, env, train_cfg, n_steps, workdir, between=kit_side.step)
     load["after"] = os.getloadavg()
+    kit_raw = kit_side.result()
+    kit, trl_ = _summary(kit_raw, n), _summary(trl_raw, n)
+    paired = paired_ratios(kit_raw, trl_raw)
     ratio = kit["completions_per_s"] / trl_["completions_per_s"]
-    peak = matmul_peak_gflops(cfg.threads)
+    dtype = torch.bfloat16 if cfg.bf16 else torch.float32
+    peak = matmul_peak_gflops(cfg.threads, dtype=dtype)
     update_gflops = kit["per_step"]["update_flops"] / 1e9
     mfu = update_gflops / kit["median_update_s"] / peak
+    from profile_decode import bandwidth_gbs
+
+    bandwidth = bandwidth_gbs(cfg.threads)
+    weights = weight_bytes(base, dtype)
+    weight_floor_ms = 1e3 * weights / (bandwidth * 1e9)
 
     import peft
     import transformers
     import trl
 
     result = {
-        "config": asdict(cfg), "model": model_name, "credit": train_cfg.credit,
+        "config": asdict(cfg), "model": model_name, "credit": train_cfg.credit, "alternating": True,
         "shape": {"prompts": cfg.prompts, "group": cfg.group, "completions_per_step": n, "new_tokens": cfg.new_tokens},
-        "kit": kit, "trl": trl_, "ratio_kit_over_trl": ratio, "target": TARGET,
+        "kit": kit, "trl": trl_, "ratio_kit_over_trl": ratio, "target": TARGET, "paired": paired,
         "ratio_tokens_per_s": kit["response_tokens_per_s"] / trl_["response_tokens_per_s"],
         "ratio_policy_tokens_per_s": kit["policy_tokens_per_s"] / trl_["response_tokens_per_s"],
-        "token_target": TOKEN_TARGET,
+        "token_target": TOKEN_TARGET, "precision": "bf16 autocast" if cfg.bf16 else "fp32",
         "matmul_peak_gflops": peak, "kit_update_gflop": update_gflops, "kit_update_mfu": mfu,
+        "read_bandwidth_gbs": bandwidth, "decode_weight_mib": weights / 2**20, "decode_weight_floor_ms": weight_floor_ms,
+        "decode_weight_floor_fraction": weight_floor_ms / kit["ms_per_decode_forward"],
         "loadavg_1_5_15": load, "cpu_count": os.cpu_count(),
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__,
                      "peft": peft.__version__, "python": sys.version.split()[0]},
@@ -309,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     a.out.write_text(json.dumps(result, indent=2) + "\n")
 
     print(f"GRPO step, {model_name}, {cfg.prompts} prompts x {cfg.group} = {n} completions x {cfg.new_tokens} new tokens, "
-          f"{cfg.threads} torch threads, median of {cfg.steps} steps after 1 warm-up")
+          f"{cfg.threads} torch threads, {result['precision']}, median of {cfg.steps} steps after 1 warm-up, sides alternating")
     print(f"{'':6} {'s/step':>8} {'generate s':>11} {'update s':>9} {'completions/s':>14} {'tokens/s':>9} "
           f"{'resp tok':>9} {'prompt tok':>11}")
     for name, r in (("kit", kit), ("TRL", trl_)):
@@ -320,18 +432,23 @@ def main(argv: list[str] | None = None) -> int:
           f"{kit['mean_response_tokens']:.1f} response tokens per row ({kit['mean_reads_per_episode']:.2f} reads, "
           f"{kit['mean_env_token_fraction']:.0%} of the tokens inserted by the environment"
           f"{', EOS forbidden until the cap' if cfg.force_length else ''}); "
-          f"{kit['ms_per_decode_forward']:.1f} ms per decode forward; peak RSS {kit['per_step']['peak_rss_mib']:.0f} MiB")
+          f"{kit['ms_per_decode_forward']:.1f} ms per decode forward, of which reading the {weights / 2**20:.0f} MiB of "
+          f"weights at {bandwidth:.1f} GB/s is {weight_floor_ms:.1f} ms ({result['decode_weight_floor_fraction']:.0%}); "
+          f"peak RSS {kit['per_step']['peak_rss_mib']:.0f} MiB")
     print(f"kit update: {update_gflops:.1f} GFLOP (forward + backward) in {kit['median_update_s']:.2f} s = "
-          f"{update_gflops / kit['median_update_s']:.0f} GFLOP/s, MFU {mfu:.0%} of the measured fp32 matmul peak "
-          f"({peak:.0f} GFLOP/s, 2048^3, {cfg.threads} threads)")
-    tok_met = result["ratio_tokens_per_s"] >= TOKEN_TARGET
-    print(f"kit/TRL response tokens/s: {result['ratio_tokens_per_s']:.2f}x (target {TOKEN_TARGET:g}x: "
-          f"{'met' if tok_met else 'NOT met'}); policy tokens only (no inserted text): "
+          f"{update_gflops / kit['median_update_s']:.0f} GFLOP/s, MFU {mfu:.0%} of the measured {result['precision']} "
+          f"matmul peak ({peak:.0f} GFLOP/s, 2048^3, {cfg.threads} threads)")
+    for name, r in paired.items():
+        print(f"paired kit/TRL {name.replace('_', ' ')}: median {r['median']:.2f}x (IQR {r['q1']:.2f}-{r['q3']:.2f}, "
+              f"range {r['min']:.2f}-{r['max']:.2f}, {len(r['ratios'])} pairs)")
+    tok_met = paired["per_response_token"]["median"] >= TOKEN_TARGET
+    print(f"kit/TRL response tokens/s (paired median): {paired['per_response_token']['median']:.2f}x (target {TOKEN_TARGET:g}x: "
+          f"{'met' if tok_met else 'NOT met'}); policy tokens only (no inserted text, medians): "
           f"{result['ratio_policy_tokens_per_s']:.2f}x")
-    met = ratio >= TARGET
-    print(f"kit/TRL throughput: {ratio:.2f}x (target {TARGET}x: {'met' if met else 'NOT met'}"
-          f"{', not checked in --quick' if cfg.quick else ''}); load average {load['before'][0]:.2f} -> "
-          f"{load['after'][0]:.2f} on {os.cpu_count()} CPUs -> {a.out}")
+    met = paired["per_completion"]["median"] >= TARGET
+    print(f"kit/TRL throughput (paired median): {paired['per_completion']['median']:.2f}x (target {TARGET}x: "
+          f"{'met' if met else 'NOT met'}{', not checked in --quick' if cfg.quick else ''}); load average "
+          f"{load['before'][0]:.2f} -> {load['after'][0]:.2f} on {os.cpu_count()} CPUs -> {a.out}")
     return 0 if met or cfg.quick else 1
 
 

@@ -79,6 +79,31 @@ def grpo_step_160_block(r: dict) -> str:
     )
 
 
+def grpo_step_paired_block(r: dict) -> str:
+    """``bench_grpo_step.py`` with the sides alternating: the paired per-step ratios kit/TRL, each side's medians,
+    and what bounds the kit's decode forward and update."""
+    kit, trl, c, paired = r["kit"], r["trl"], r["config"], r["paired"]
+    n = r["shape"]["completions_per_step"]
+    flags = "".join(f" --{k.replace('_', '-')} {c[k]}" for k in ("prompts", "group", "steps", "threads", "new_tokens"))
+    flags += "".join(f" --{k.replace('_', '-')}" for k in ("force_length", "bf16") if c[k])
+    tok, comp = paired["per_response_token"], paired["per_completion"]
+    return (
+        f"`python benchmarks/bench_grpo_step.py --model {c['model']}{flags}` ({r['model']}; {r['shape']['prompts']} prompts x "
+        f"{r['shape']['group']} = {n} rollouts of up to {r['shape']['new_tokens']} tokens, {r['precision']}, "
+        f"{c['threads']} torch threads; the sides alternate step by step, {c['steps']} timed pairs after a warm-up pair; "
+        f"load average {_load(r['loadavg_1_5_15']['before'])} before, {_load(r['loadavg_1_5_15']['after'])} after):\n\n"
+        f"| side | s a step | generation s | update s | response tokens/s | mean response tokens |\n|---|---|---|---|---|---|\n"
+        + "".join(f"| {name} | {s['median_step_s']:.1f} | {s['median_generate_s']:.1f} | {s['median_update_s']:.1f} | "
+                  f"{s['response_tokens_per_s']:.0f} | {s['mean_response_tokens']:.0f} |\n" for name, s in (("kit", kit), ("TRL", trl)))
+        + f"\nkit / TRL, median of the paired per-step ratios: **{tok['median']:.2f}x per response token** (range "
+        f"{tok['min']:.2f}-{tok['max']:.2f}), {comp['median']:.2f}x per rollout (range {comp['min']:.2f}-{comp['max']:.2f}). "
+        f"What bounds the kit: a decode forward takes {kit['ms_per_decode_forward']:.0f} ms, of which reading the "
+        f"{r['decode_weight_mib']:.0f} MiB of weights at the measured {r['read_bandwidth_gbs']:.1f} GB/s accounts for "
+        f"{100 * r['decode_weight_floor_fraction']:.0f} %; the update runs {r['kit_update_gflop']:.0f} GFLOP at "
+        f"{100 * r['kit_update_mfu']:.0f} % of the measured {r['matmul_peak_gflops']:.0f} GFLOP/s {r['precision']} matmul peak.\n"
+    )
+
+
 def device_block(r: dict) -> str:
     """``bench_device.py``: GRPO step times of real training runs on one device, each configuration with and without bf16."""
     rows = "\n".join(
@@ -90,7 +115,8 @@ def device_block(r: dict) -> str:
             "|---|---|---|---:|---:|---:|\n" + rows + "\n")
 
 
-BLOCKS = {"device_cuda_h200": device_block, "study": study_block, "study_steps20": study_block, "grpo_step_160": grpo_step_160_block}
+BLOCKS = {"device_cuda_h200": device_block, "study": study_block, "study_steps20": study_block, "grpo_step_160": grpo_step_160_block,
+          "grpo_step_smollm2": grpo_step_paired_block}
 
 
 def render(text: str) -> str:
