@@ -13,8 +13,9 @@ def pack(episodes, pad: int) -> dict[str, torch.Tensor]:
     longest response T, so every response starts at column P and the logits that predict
     response tokens are the same T columns for every row (the model computes no logits for
     the prompt). Returns input_ids (B, P+T), attention_mask (B, P+T), position_ids (B, P+T),
-    response_ids (B, T), response_mask (B, T) bool (policy tokens), and for prompt sharing
-    ``unique`` (rows with distinct prompts) and ``source`` (B,): each row's index in ``unique``.
+    response_ids (B, T), response_mask (B, T) bool (policy tokens), for prompt sharing
+    ``unique`` (rows with distinct prompts) and ``source`` (B,): each row's index in ``unique``, and
+    ``sample_logp`` (B, T), the sampler's log-probabilities, where every episode recorded them.
     """
     B = len(episodes)
     P = max(len(e.prompt_ids) for e in episodes)
@@ -31,8 +32,13 @@ def pack(episodes, pad: int) -> dict[str, torch.Tensor]:
         response_mask[i, :r] = torch.tensor(e.policy_mask, dtype=torch.bool)
     positions = (attention.cumsum(-1) - 1).clamp_min(0)
     unique, source = _prompt_groups(episodes)
-    return dict(input_ids=input_ids, attention_mask=attention, position_ids=positions, response_ids=response_ids,
-                response_mask=response_mask, unique=unique, source=source)
+    out = dict(input_ids=input_ids, attention_mask=attention, position_ids=positions, response_ids=response_ids,
+               response_mask=response_mask, unique=unique, source=source)
+    if all(len(e.sample_logps) == len(e.response_ids) for e in episodes):
+        out["sample_logp"] = torch.zeros((B, T))
+        for i, e in enumerate(episodes):
+            out["sample_logp"][i, : len(e.sample_logps)] = torch.tensor(e.sample_logps)
+    return out
 
 
 def _prompt_groups(episodes) -> tuple[torch.Tensor, torch.Tensor]:

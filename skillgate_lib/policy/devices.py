@@ -5,6 +5,9 @@ optimizer state, the loss and the log-probabilities in fp32 (autocast upcasts ``
 On the CPU it is allowed only where the CPU multiplies bf16 natively (the ``amx_bf16`` or
 ``avx512_bf16`` flag): elsewhere bf16 is emulated and slower than fp32. It pays at a pretrained
 model's shapes (wide matmuls); the embedded tiny model is bound by per-call work and stays fp32.
+The trainer samples its rollouts under the same autocast as its update, so the probabilities the
+update starts from are those the tokens were drawn from, up to rounding; each step logs the
+difference (``logp_gap``, the mean |log p_update - log p_sampler| over the policy tokens).
 
 Sampling stays on the CPU's random stream whatever the device: the next-token probabilities
 are moved to the CPU and drawn from the run's seeded ``torch.Generator`` there

@@ -55,6 +55,9 @@ class Episode:
     grad_norms: list[float] = field(default_factory=list)
     """Per response token: :func:`~skillgate_lib.policy.gradients.logit_grad_norm` of a policy token (from the logits it
     was sampled from), 0.0 for an environment token."""
+    sample_logps: list[float] = field(default_factory=list)
+    """Per response token: the log-probability the sampler gave a policy token (temperature 1, the logits it was drawn
+    from), 0.0 for an environment token; the update compares its own with it (``logp_gap``)."""
 
     @property
     def policy_tokens(self) -> int:
@@ -271,6 +274,8 @@ def decode(open_decoder, tokenizer, segments: list[Segment], max_new_tokens: int
                 seg_logits[short, eos] = float("-inf")
             sampled = _sample(seg_logits, temperature, seg.generator)
             g_rows = logit_grad_norm(seg_logits, sampled).tolist()
+            lp_rows = torch.log_softmax(seg_logits.float(), -1).gather(
+                1, sampled.view(-1, 1).to(seg_logits.device)).squeeze(1).tolist()
             closing = closers[sampled].tolist()
             for b, (i, tok) in enumerate(zip(rows, sampled.tolist())):
                 if ended[i]:  # still in the sample until its next compaction: fed nothing, keeps nothing
@@ -279,6 +284,7 @@ def decode(open_decoder, tokenizer, segments: list[Segment], max_new_tokens: int
                 e.response_ids.append(tok)
                 e.policy_mask.append(True)
                 e.grad_norms.append(g_rows[b])
+                e.sample_logps.append(lp_rows[b])
                 chunk = [tok]
                 if tok == eos:
                     ended[i] = True
@@ -291,6 +297,7 @@ def decode(open_decoder, tokenizer, segments: list[Segment], max_new_tokens: int
                         e.response_ids.extend(inserted)
                         e.policy_mask.extend([False] * len(inserted))
                         e.grad_norms.extend([0.0] * len(inserted))
+                        e.sample_logps.extend([0.0] * len(inserted))
                         chunk += inserted
                 if len(e.response_ids) >= max_new_tokens:
                     ended[i] = True

@@ -319,7 +319,8 @@ def sample_batch(model, tokenizer, env: SkillSlateEnv, cfg: TrainConfig,
     while True:
         t0 = time.perf_counter()
         items, gen, score_rng = request
-        episodes = generate(model, tokenizer, env, items, cfg.max_new_tokens, cfg.temperature, gen, score_rng=score_rng)
+        with devices.autocast(next(model.parameters()).device, cfg.bf16):  # the update's precision
+            episodes = generate(model, tokenizer, env, items, cfg.max_new_tokens, cfg.temperature, gen, score_rng=score_rng)
         try:
             request = rounds.send((episodes, time.perf_counter() - t0))
         except StopIteration as done:
@@ -387,6 +388,7 @@ def _policy_gradient(model, opt, params, batch: dict, cr: credit_lib.Credit, cfg
     model.train()
     old_logp = None
     loss = kl = grad_norm = torch.zeros(())
+    logp_gap = float("nan")
     if cfg.kl_coef > 0:
         with torch.no_grad(), model.disable_adapter(), devices.autocast(device, cfg.bf16):
             ref_logp = response_logprobs(model, batch, buckets=cfg.length_buckets)
@@ -395,6 +397,9 @@ def _policy_gradient(model, opt, params, batch: dict, cr: credit_lib.Credit, cfg
             logp = response_logprobs(model, batch, buckets=cfg.length_buckets)
         if old_logp is None:
             old_logp = logp.detach()
+            if "sample_logp" in batch:  # the sampler's and the update's probabilities differ by rounding only
+                gap = (old_logp - batch["sample_logp"].to(device))[mask]
+                logp_gap = float(gap.abs().mean()) if gap.numel() else 0.0
         ratio = torch.exp(logp - old_logp)
         surrogate = torch.minimum(ratio * adv, ratio.clamp(1 - cfg.clip_eps, 1 + cfg.clip_eps) * adv)
         loss = -(w * surrogate).sum()
@@ -408,7 +413,7 @@ def _policy_gradient(model, opt, params, batch: dict, cr: credit_lib.Credit, cfg
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
-    return {"loss": loss.item(), "kl": kl.item(), "grad_norm": float(grad_norm)}
+    return {"loss": loss.item(), "kl": kl.item(), "grad_norm": float(grad_norm), "logp_gap": logp_gap}
 
 
 def grpo_step(model, tokenizer, env: SkillSlateEnv, opt, params, cfg: TrainConfig, ccfg: credit_lib.CreditConfig,
@@ -439,7 +444,7 @@ def grpo_update(model, tokenizer, env: SkillSlateEnv, opt, params, cfg: TrainCon
     # the filtered groups (surplus mixed groups of the last draw are neither trained on nor logged)
     dropped = [e for e in drawn if e.group not in trained and not mixed[e.group]]
     cr = share = None
-    update = {"loss": 0.0, "kl": 0.0, "grad_norm": 0.0}
+    update = {"loss": 0.0, "kl": 0.0, "grad_norm": 0.0, "logp_gap": float("nan")}
     updated = False
     if episodes:
         batch = pack(episodes, tokenizer.pad_token_id)
