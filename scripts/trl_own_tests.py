@@ -27,7 +27,8 @@ The kit's run substitutes the trainer through this file used as a pytest plugin
 ``SkillGateGRPOTrainer`` with the kit's defaults (``credit="skillgate"``); TRL's datasets carry
 no slate columns, so every row has an empty slate and trains on the outcome channel. The table
 lists every test whose outcome differs between the two trainers, with the first line of the
-kit's error; refusals the kit documents (``docs/integrations.md``) are marked as such.
+kit's error; refusals the kit documents (``docs/integrations.md``) are marked as such. A run stopped
+with Ctrl-C still writes its report, and ``--table`` then compares the tests both runs reached.
 """
 
 from __future__ import annotations
@@ -279,23 +280,24 @@ def outcomes(report: Path) -> dict[str, tuple[str, str]]:
 
 
 def table(grpo: dict[str, tuple[str, str]], kit: dict[str, tuple[str, str]]) -> str:
-    """The pass table: outcome counts per trainer, then each test whose outcome differs, refusals marked."""
-    lines = ["| outcome | GRPOTrainer | SkillGateGRPOTrainer |", "|---|---:|---:|"]
+    """The pass table over the tests both runs reached: outcome counts per trainer, then each test whose outcome
+    differs, the kit's documented refusals marked, and the causes of the failures both trainers share."""
+    both = set(grpo) & set(kit)
+    lines = [f"{len(both)} tests run under both trainers ({len(set(grpo) ^ set(kit))} reached by one run only, left out).",
+             "", "| outcome | GRPOTrainer | SkillGateGRPOTrainer |", "|---|---:|---:|"]
     for status in ("passed", "failed", "skipped", "xfailed"):
-        lines.append(f"| {status} | {sum(s == status for s, _ in grpo.values())} | {sum(s == status for s, _ in kit.values())} |")
-    lines.append(f"| total | {len(grpo)} | {len(kit)} |")
-    differ = sorted(t for t in set(grpo) | set(kit) if grpo.get(t, ("absent", ""))[0] != kit.get(t, ("absent", ""))[0])
-    refused = [t for t in differ if REFUSAL in kit.get(t, ("", ""))[1]]
+        lines.append(f"| {status} | {sum(grpo[t][0] == status for t in both)} | {sum(kit[t][0] == status for t in both)} |")
+    differ = sorted(t for t in both if grpo[t][0] != kit[t][0])
+    refused = [t for t in differ if REFUSAL in kit[t][1]]
     lines += ["", f"{len(differ)} tests differ; {len(refused)} of them are the kit's documented refusals "
-                  "(docs/integrations.md, 'Refused at construction'):"]
-    lines += ["", "| test | GRPOTrainer | SkillGateGRPOTrainer | kit's message |", "|---|---|---|---|"]
+                  "(docs/integrations.md, 'Refused at construction'):",
+              "", "| test | GRPOTrainer | SkillGateGRPOTrainer | kit's message |", "|---|---|---|---|"]
     for t in differ:
-        k_status, k_msg = kit.get(t, ("absent", ""))
         mark = "refusal: " if t in refused else ""
-        lines.append(f"| {t} | {grpo.get(t, ('absent', ''))[0]} | {k_status} | {mark}{k_msg[:140]} |")
-    causes = collections.Counter(m.split(":")[0][:60] for s, m in grpo.values() if s == "failed")
-    lines += ["", "Failures under both trainers, by the first words of TRL's own error (stand-ins missing, features "
-                  "of a newer TRL than the installed one):", ""]
+        lines.append(f"| {t} | {grpo[t][0]} | {kit[t][0]} | {mark}{kit[t][1][:140]} |")
+    causes = collections.Counter(grpo[t][1].split(":")[0][:60] for t in both if grpo[t][0] == kit[t][0] == "failed")
+    lines += ["", "Failures under both trainers, by the first words of the error (a Hub id without a stand-in, a "
+                  "feature of a newer TRL than the installed one):", ""]
     lines += [f"- {n} x {c}" for c, n in causes.most_common()]
     return "\n".join(lines)
 

@@ -723,7 +723,7 @@ def test_a_typo_in_the_credit_lists_only_the_methods_the_trainer_trains(tmp_path
 
 
 def test_one_audit_command_for_a_trl_run_in_the_docs_and_the_example(env_run, capsys):
-    """docs/integrations.md and the example show the same audit command, and it runs on a TRL run with the CLI's flags."""
+    """The README, docs/integrations.md and the example show the same audit command, and it runs on a TRL run."""
     import runpy
     from pathlib import Path
 
@@ -733,7 +733,8 @@ def test_one_audit_command_for_a_trl_run_in_the_docs_and_the_example(env_run, ca
     root = Path(__file__).resolve().parents[1]
     example = root / "examples" / "trl" / "train_skillgate.py"
     assert runpy.run_path(str(example), run_name="example")["audit_command"](Path("RUN")) == command
-    assert command in example.read_text() and command in (root / "docs" / "integrations.md").read_text()
+    for where in (example, root / "docs" / "integrations.md", root / "README.md"):
+        assert command in where.read_text(), where
     *_, out = env_run
     argv = command.replace("RUN", str(out)).split()[3:] + ["--n-boot", "20", "--no-figures"]
     assert main(argv) == 0

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The kit and verl 0.9.x in one fresh virtual environment, resolved by pip with every dependency
+# (no --no-deps): `pip install -e ".[scale]" "verl>=0.9.1,<0.10"`, then `pip check` and the kit's verl
+# tests in it. While the kit requires transformers>=5.25 (verl 0.9.x: <5.11) pip refuses to resolve
+# it, which is what this check is for (docs/integrations.md, "Versions").
+#
+# Usage: bash scripts/engine_env_check.sh [KIT_DIR [VENV_DIR]]
+#   KIT_DIR   the kit's source tree to install (default: this repository)
+#   VENV_DIR  where the throwaway environment goes (default: build/engine_env; removed first)
+#   TORCH     the torch requirement installed first (default torch==2.13.0, the CPU build the
+#             Makefile uses; an unpinned torch would pull a multi-GB CUDA build)
+#
+# Prints pip check's verdict, the resolved versions of the packages the integrations touch (the
+# tested version matrix of docs/integrations.md) and the test summary; exits non-zero when pip check
+# or a test fails. Takes minutes and downloads Ray and verl's other dependencies: not part of CI.
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+KIT=$(cd "${1:-$HERE/..}" && pwd)
+VENV=${2:-$KIT/build/engine_env}
+PY=${PYTHON:-python3}
+
+rm -rf "$VENV"
+"$PY" -m venv "$VENV"
+"$VENV/bin/python" -m pip install -q --upgrade pip
+"$VENV/bin/python" -m pip install -q "${TORCH:-torch==2.13.0}"
+"$VENV/bin/python" -m pip install -q -e "$KIT[scale]" "verl>=0.9.1,<0.10" pytest
+
+status=0
+echo "== pip check"
+"$VENV/bin/python" -m pip check || status=1
+echo "== versions"
+"$VENV/bin/python" -m pip list 2>/dev/null | grep -i -E "^(verl|transformers|trl|torch|ray|tensordict|peft|accelerate|datasets|hydra-core|vllm) " || true
+echo "== the kit's verl tests"
+(cd "$KIT" && OMP_NUM_THREADS=1 "$VENV/bin/python" -m pytest -q -p no:cacheprovider \
+  tests/test_verl_integration.py tests/test_integration_install_hints.py) || status=1
+exit $status
