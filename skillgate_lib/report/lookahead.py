@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -264,7 +265,51 @@ def markdown(table: pd.DataFrame, root: str | Path = PREDICT_DIR) -> str:
         out.append(markdown_table(list(summary.columns), summary.astype(str).values.tolist(), "lrrrr"))
         sentence = loo_verdict(loo_summary(loo))
         out.append(sentence[:1].upper() + sentence[1:] + ".")
+    pre = preregistered(table, root)
+    if not pre.empty:
+        out.append(preregistered_sentence(pre))
     return "\n\n".join(out) + "\n"
+
+
+def _git(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(paths.REPO_ROOT), *args], capture_output=True, text=True)
+
+
+def preregistered(table: pd.DataFrame, root: str | Path = PREDICT_DIR,
+                  speed_root: str | Path = paths.DATA_DIR / "runs" / "speed") -> pd.DataFrame:
+    """The studies whose prediction was committed before their runs: one row each with the commits (prediction,
+    runs), the lookahead's prediction at the K leave-one-out chose and its interval, the observed ratio, whether
+    the observation falls in the prediction's interval, and the lookahead's and the constant's errors (x-fold).
+    The runs' commit is the one that added the study's ``selection.json``; a study not yet committed is left out."""
+    preds = complete(predictions(root), root)
+    loo = loo_table(table, preds).set_index("study") if not preds.empty else pd.DataFrame()
+    rows = []
+    for study in loo.index:
+        pred_commit = added_in(Path(root) / f"{study}.json")
+        runs_commit = added_in(Path(speed_root) / study / "selection.json")
+        if "not committed" in (pred_commit, runs_commit) or pred_commit == runs_commit:
+            continue
+        if _git("merge-base", "--is-ancestor", pred_commit, runs_commit).returncode != 0:
+            continue  # the prediction came after the runs: a retro-prediction
+        r, k = loo.loc[study], int(loo.loc[study, "k_loo"])
+        at = preds[(preds["study"] == study) & (preds["k"] == k)].iloc[0]
+        rows.append({"study": study, "prediction_commit": pred_commit, "runs_commit": runs_commit, "k": k,
+                     "predicted": float(at["ratio"]), "predicted_lo": float(at["ratio_lo"]),
+                     "predicted_hi": float(at["ratio_hi"]), "observed": r["observed"], "observed_lo": r["observed_lo"],
+                     "observed_hi": r["observed_hi"], "inside": bool(at["ratio_lo"] <= r["observed"] <= at["ratio_hi"]),
+                     "lookahead_off": math.exp(abs(math.log(r["observed"] / at["ratio"]))),
+                     "constant": r[CONSTANT], "constant_off": math.exp(abs(math.log(r["observed"] / r[CONSTANT])))})
+    return pd.DataFrame(rows)
+
+
+def preregistered_sentence(pre: pd.DataFrame) -> str:
+    """Each preregistered study in words: prediction (commit) against observation, and the constant beside it."""
+    return " ".join(
+        f"Preregistered for `{r.study}` (prediction in {r.prediction_commit}, runs in {r.runs_commit}): the lookahead "
+        f"predicted {r.predicted:.2f} [{r.predicted_lo:.2f}, {r.predicted_hi:.2f}] at K = {r.k}, the study observed "
+        f"{r.observed:.2f} [{r.observed_lo:.2f}, {r.observed_hi:.2f}], {'inside' if r.inside else 'outside'} the "
+        f"predicted interval (off {r.lookahead_off:.2f}x; the constant, {r.constant:.2f}, off {r.constant_off:.2f}x)."
+        for r in pre.itertuples())
 
 
 def lookahead_sentence(table: pd.DataFrame, root: str | Path = PREDICT_DIR) -> str:
@@ -279,6 +324,8 @@ def lookahead_sentence(table: pd.DataFrame, root: str | Path = PREDICT_DIR) -> s
     s = loo_summary(loo).set_index("predictor")
     a, c = s.loc[LOOKAHEAD], s.loc[CONSTANT]
     better = a["mean_abs_log_error"] < c["mean_abs_log_error"]
+    pre = preregistered(table, root)
+    registered = "".join(f"; `{r.study}`, preregistered: {r.predicted:.2f} vs {r.observed:.2f}" for r in pre.itertuples())
     return (f"A {int(preds['k'].max())}-step lookahead does {'better' if better else 'no better'} (off "
-            f"{math.exp(a['mean_abs_log_error']):.2f}x vs {math.exp(c['mean_abs_log_error']):.2f}x, {len(loo)} studies "
-            f"each left out).")
+            f"{math.exp(a['mean_abs_log_error']):.2f}x vs {math.exp(c['mean_abs_log_error']):.2f}x over {len(loo)} studies"
+            f"{registered}).")

@@ -472,9 +472,8 @@ def predictor_sentence(fit: pd.DataFrame) -> str:
     best = theory["max_abs_residual"].idxmin()
     b, c = theory.loc[best], scored.loc[CONSTANT]
     verb = "predicts it no better than" if c["max_abs_residual"] <= b["max_abs_residual"] else "predicts it better than"
-    return (f"the theory's closed form {verb} a constant (at best, from the {best}, within "
-            f"{math.exp(b['max_abs_residual']):.1f}x of every study, against {math.exp(c['max_abs_residual']):.2f}x for "
-            f"the others' mean)")
+    return (f"the theory's closed form {verb} a constant (at best the {best}'s: within "
+            f"{math.exp(b['max_abs_residual']):.1f}x of every study; the others' mean: {math.exp(c['max_abs_residual']):.2f}x)")
 
 
 def verdict_sentence(table: pd.DataFrame, fit: pd.DataFrame) -> str:
@@ -496,7 +495,7 @@ def verdict_sentence(table: pd.DataFrame, fit: pd.DataFrame) -> str:
     if len(stalled):
         words = sorted({faster_word(r) for r in stalled.itertuples()})
         out += (f"; elsewhere ({', '.join(f'`{r}`' for r in stalled['regime'])}) it is "
-                + " or ".join(words) + " (paired choice-speed difference)")
+                + " or ".join(words))
     return out + "."
 
 
