@@ -36,8 +36,8 @@
 # needs it as ONE token (the parser's stop_token_ids; the kit's embedded tokenizer has it). With a
 # pretrained tokenizer that splits `</read>` (most do: `</`, `read`, `>`), the parser logs a warning
 # and the policy writes on past `</read>` to the end of its turn before the tool's reply is
-# inserted, and the verifier scores that text too. Add `<read>` and `</read>` as tokens (and resize
-# the embeddings) before training, or use a chat model's JSON tool calls
+# inserted, and the verifier scores that text too. Add `<read>` and `</read>` as tokens first
+# (`python examples/verl/add_read_tokens.py MODEL OUT`, then pass OUT as MODEL), or use a chat model's JSON tool calls
 # (actor_rollout_ref.rollout.multi_turn.format=hermes): the model ends its turn after a call, and
 # the reward manager finds those reads as well.
 #

@@ -7,6 +7,8 @@ imports neither engine.
 
 from __future__ import annotations
 
+from typing import Any
+
 from skillgate_lib.env.episode import READ_CLOSE, READ_OPEN
 
 READ_TOOL = "read"
@@ -42,3 +44,19 @@ RESPONSE_TEMPLATE = {
 """transformers ``response_template``: ``<read> WORDS </read>`` is a ``read(skill=WORDS)`` call, the rest is content."""
 
 
+
+
+def add_read_tokens(tokenizer: Any, model: Any = None) -> list[int]:
+    """``<read>`` and ``</read>`` as one token each of ``tokenizer`` (in place), and ``model``'s embeddings resized to match.
+
+    What a pretrained tokenizer needs for the kit's syntax to stop generation after a read
+    (:func:`skillgate_lib.integrations.verl_tool.close_tag_stop_ids`); the tags are added as ordinary
+    (not special) tokens, so decoded text keeps them and the read formats find them. The new rows are
+    the model's own initialisation (transformers' ``resize_token_embeddings``: the mean of the old
+    rows): train before relying on them. Returns the two token ids; tags already one token are kept.
+    """
+    tokenizer.add_tokens([t for t in (READ_OPEN, READ_CLOSE)
+                          if len(tokenizer.encode(t, add_special_tokens=False)) != 1])
+    if model is not None and model.get_input_embeddings().num_embeddings < len(tokenizer):
+        model.resize_token_embeddings(len(tokenizer))
+    return [tokenizer.convert_tokens_to_ids(t) for t in (READ_OPEN, READ_CLOSE)]

@@ -119,8 +119,8 @@ def close_tag_stop_ids(tokenizer: Any, fmt: ReadFormat = ReadFormat()) -> list[i
     Only the stop needs one token: the reward manager and the estimators find reads by their text, whatever the
     tokenizer splits ``</read>`` into. What a several-token ``</read>`` costs is the turn after the read: the policy
     goes on writing (its guess at the body) before the tool's reply is inserted, and the verifier scores that
-    episode. Add ``<read>`` and ``</read>`` as tokens (``tokenizer.add_tokens`` and a resized embedding), as the
-    kit's embedded tokenizer has them, or let a chat model write JSON tool calls (verl's ``hermes`` parser) and
+    episode. Add ``<read>`` and ``</read>`` as tokens (:func:`~skillgate_lib.integrations.kit_chat.add_read_tokens`,
+    ``examples/verl/add_read_tokens.py``), as the kit's embedded tokenizer has them, or let a chat model write JSON tool calls (verl's ``hermes`` parser) and
     end its turn after a call.
     """
     ids = tokenizer.encode(fmt.close_tag, add_special_tokens=False)
@@ -130,7 +130,8 @@ def close_tag_stop_ids(tokenizer: Any, fmt: ReadFormat = ReadFormat()) -> list[i
         _WARNED.add(id(tokenizer))
         logging.getLogger(__name__).warning(
             "%r is %d tokens of this tokenizer, so generation does not stop after a read: the policy writes on to the end "
-            "of its turn before the read tool's reply (see skillgate_lib.integrations.verl_tool.close_tag_stop_ids)",
+            "of its turn before the read tool's reply; `python examples/verl/add_read_tokens.py MODEL OUT` saves the model "
+            "with <read> and </read> as one token each",
             fmt.close_tag, len(ids))
     return []
 
