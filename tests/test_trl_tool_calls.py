@@ -233,8 +233,9 @@ def _model_and_rows(tok, prompts):
              "skill_categories": list(SLATE.values())} for p in prompts]
     return model, rows
 
-@pytest.fixture(scope="module")
-def json_run(tmp_path_factory):
+def _lora_run(out, max_steps: int, environment=SlateReads, with_dataset: bool = True):
+    """The scripted trainer on a tiny chat model (LoRA on q and v) with no read_format, trained: the trainer, its
+    tokenizer and the LoRA B weights before training. Without the dataset, the environment owns the data."""
     pytest.importorskip("trl")
     peft = pytest.importorskip("peft")
     from datasets import Dataset
@@ -244,18 +245,23 @@ def json_run(tmp_path_factory):
     torch.manual_seed(0)
     tok = chat_tokenizer()
     model, rows = _model_and_rows(tok, PROMPTS)
-    out = tmp_path_factory.mktemp("trl_json")
-    args = GRPOConfig(output_dir=str(out), report_to="none", max_steps=2, num_generations=4,
+    args = GRPOConfig(output_dir=str(out), report_to="none", max_steps=max_steps, num_generations=4,
                       per_device_train_batch_size=len(FIRST_TURNS), max_completion_length=120, logging_steps=1,
                       use_cpu=True, bf16=False, learning_rate=5e-2, save_strategy="no", seed=0)
+    data = {"train_dataset": Dataset.from_list(rows)} if with_dataset else {}
     # No read_format: the default finds JSON tool calls as well as the kit's <read> tags.
     trainer = _trainer_class()(model=model, args=args, processing_class=tok, reward_funcs=_answer,
-                               train_dataset=Dataset.from_list(rows), environment_factory=SlateReads,
+                               environment_factory=environment, **data,
                                peft_config=peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
                                                            task_type="CAUSAL_LM"))
     before = {k: v.detach().clone() for k, v in trainer.model.named_parameters() if "lora_B" in k}
     trainer.train()
     return trainer, tok, before
+
+
+@pytest.fixture(scope="module")
+def json_run(tmp_path_factory):
+    return _lora_run(tmp_path_factory.mktemp("trl_json"), max_steps=2)
 
 
 def test_trl_trains_with_json_tool_call_reads_and_credits_their_name_tokens(json_run):
@@ -466,24 +472,7 @@ class PromptingReads(SlateReads):
 def test_environment_owned_data_trains_on_the_outcome_channel(tmp_path):
     """No train_dataset: TRL's own placeholder rows have no slate, so every read is off-slate and carries no selector
     signal; the rows are counted, the batch is the kit's credit of those reads, and the step updates the LoRA weights."""
-    pytest.importorskip("trl")
-    peft = pytest.importorskip("peft")
-    from trl import GRPOConfig
-
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    torch.manual_seed(0)
-    tok = chat_tokenizer()
-    model, _ = _model_and_rows(tok, PROMPTS)
-    args = GRPOConfig(output_dir=str(tmp_path), report_to="none", max_steps=1, num_generations=4,
-                      per_device_train_batch_size=len(FIRST_TURNS), max_completion_length=120, logging_steps=1,
-                      use_cpu=True, bf16=False, learning_rate=5e-2, save_strategy="no", seed=0)
-    trainer = _trainer_class()(model=model, args=args, processing_class=tok, reward_funcs=_answer,
-                               environment_factory=PromptingReads,
-                               peft_config=peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
-                                                           task_type="CAUSAL_LM"))
-    trainer.generated = []
-    before = {k: v.detach().clone() for k, v in trainer.model.named_parameters() if "lora_B" in k}
-    trainer.train()
+    trainer, tok, before = _lora_run(tmp_path, max_steps=1, environment=PromptingReads, with_dataset=False)
     log = trainer.state.log_history[0]
     assert log["rows/no_slate"] == 12.0 and log["reads/parsed"] == 11.0 and log["credit/update_skipped"] == 0
     batch = trainer.generated[0]
