@@ -19,7 +19,13 @@ from skillgate_lib.runs import train
 pytestmark = pytest.mark.slow
 
 
-def test_two_grpo_steps_with_smollm2(tmp_path):
+def test_two_grpo_steps_with_smollm2(tmp_path, monkeypatch):
+    """Two steps through the trainer's own path. The chat rendering raises a response cap to its own (about 300
+    tokens, :meth:`~skillgate_lib.env.chat.ChatEnv.response_cap`), which the base model without its warm start
+    fills; the test holds it at 12 tokens, as ``max_new_tokens`` asks, so CI does not decode hundreds of them."""
+    from skillgate_lib.env.chat import ChatEnv
+
+    monkeypatch.setattr(ChatEnv, "response_cap", lambda self, samples=64: 12)
     cfg = train.TrainConfig(model="smollm2-135m", credit="skillgate", steps=2, prompts_per_step=1, group_size=2,
                             max_new_tokens=12, eval_every=2, eval_tasks=2, log_train_every=1, checkpoint_every=2,
                             threads=2, lr=1e-4, run_dir=str(tmp_path / "run"))
