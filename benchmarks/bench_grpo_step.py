@@ -160,6 +160,7 @@ class KitSide:
             train.generate = original
         r = self.raw
         r["step_s"].append(elapsed)
+        print(f", kit {elapsed:.1f} s", end="", flush=True)
         r["generate_s"].append(row["time/generate_s"])
         r["decode_forwards"].append(sum(forwards))
         r["mean_response_tokens"].append(float(np.mean([len(e.response_ids) for e in episodes])))
@@ -253,8 +254,10 @@ def run_trl(base, tokenizer, env, train_cfg: train.TrainConfig, n_steps: int, wo
 
         def on_step_end(self, args, state, control, **kwargs):
             record["step_s"].append(time.perf_counter() - self.t0)
+            print(f"step {len(record['step_s'])}/{n_steps}: TRL {record['step_s'][-1]:.1f} s", end="", flush=True)
             if between is not None:
                 between()
+            print(flush=True)
 
     record: dict[str, list] = {"step_s": [], "generate_s": [], "mean_response_tokens": [], "mean_prompt_tokens": []}
     torch.set_num_threads(train_cfg.threads)

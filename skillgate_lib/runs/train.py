@@ -547,8 +547,7 @@ class TrainingRun:
             writer.remove_partial_writes()
         device = devices.resolve(cfg.device)
         devices.check_bf16(device, cfg.bf16)
-        if cfg.bf16:
-            print(devices.precision_line(device, cfg.bf16), flush=True)
+        print(devices.precision_line(device, cfg.bf16), flush=True)
         base, self.tokenizer = policy if policy is not None else load_policy(cfg.model)
         self.env, self.eval_env = make_env(cfg, tokenizer=self.tokenizer), make_env(cfg, False, self.tokenizer)
         if device.type == "cpu" and sum(p.numel() for p in base.parameters()) > 10_000_000:
