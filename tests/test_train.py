@@ -129,3 +129,14 @@ def test_runs_on_other_weights_are_not_reused_or_reevaluated(tiny_model_dir, tmp
         compare.train_all([cfg], workers=1, resume=False, progress=False, desc="reuse")
     with pytest.raises(ValueError, match="trained on model .* with weights"):
         load_adapter(tmp_path / "r")
+
+
+def test_a_resumed_batch_counts_only_the_steps_its_runs_keep(tmp_path):
+    """The progress bar of resumed runs starts at their checkpoints' steps: a run whose log holds steps but that has
+    no checkpoint starts over (counting its log made the bar run backwards, with a negative rate)."""
+    from skillgate_lib.runs import compare
+
+    (tmp_path / "metrics.jsonl").write_text('{"step": 7, "split": "train"}\n')
+    assert compare._steps_done(tmp_path) == 7 and compare._steps_kept(tmp_path) == 0
+    torch.save({"step": 5}, tmp_path / "checkpoint.pt")
+    assert compare._steps_kept(tmp_path) == 5

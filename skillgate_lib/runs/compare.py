@@ -53,6 +53,17 @@ def _steps_done(run_dir: Path) -> int:
     return done
 
 
+def _steps_kept(run_dir: Path) -> int:
+    """GRPO steps a resumed run keeps: its checkpoint's step (0 without one: the run starts over, whatever its log
+    held)."""
+    import torch
+
+    path = run_dir / "checkpoint.pt"
+    if not path.exists():
+        return 0
+    return int(torch.load(path, weights_only=False, map_location="cpu")["step"])
+
+
 def train_all(configs: list[TrainConfig], workers: int, resume: bool, progress: bool, desc: str,
              together: int = 1) -> None:
     """Train ``configs`` in ``workers`` spawned processes; a finished run (final adapter saved) is skipped.
@@ -68,7 +79,7 @@ def train_all(configs: list[TrainConfig], workers: int, resume: bool, progress: 
     todo = [c for c in configs if c not in finished]
     if not todo:
         return
-    initial = sum(min(_steps_done(Path(c.run_dir)), c.steps) for c in todo)  # resumed runs: rate counts new steps
+    initial = sum(min(_steps_kept(Path(c.run_dir)), c.steps) for c in todo)  # resumed runs: rate counts new steps
     bar = progress_bar(total=sum(c.steps for c in todo), initial=initial, desc=f"{desc} ({len(todo)} runs)",
                disable=not progress, unit="step")
     if together < 1:
@@ -83,7 +94,8 @@ def train_all(configs: list[TrainConfig], workers: int, resume: bool, progress: 
             done, pending = cf.wait(pending, timeout=2.0, return_when=cf.FIRST_EXCEPTION)
             for fut in done:
                 fut.result()  # a failed run stops the comparison with its own error
-            bar.update(sum(min(_steps_done(Path(c.run_dir)), c.steps) for c in todo) - bar.n)
+            # never backwards: a run restarting from its checkpoint drops the steps its log held past it
+            bar.update(max(0, sum(min(_steps_done(Path(c.run_dir)), c.steps) for c in todo) - bar.n))
     bar.close()
 
 
