@@ -114,3 +114,27 @@ def test_audit_predict_needs_a_kit_run(tmp_path, capsys):
     out = tmp_path / "out"
     assert main([str(table), "--no-figures", "--predict", "--out", str(out)]) == 2
     assert "--predict needs a kit run" in capsys.readouterr().out and not (out / "predict.json").exists()
+
+
+def test_the_shared_variant_updates_both_arms_on_one_draw(tmp_path, monkeypatch):
+    """``--rollouts shared``: each step samples once (from the warm start, never from an arm), both arms update on
+    that draw, and the record holds both arms of every seed, starting at the same choice."""
+    from skillgate_lib.runs import train
+
+    draws = []
+    real = train.sample_batch
+
+    def spy(model, tokenizer, env, cfg, step):
+        draws.append((cfg.seed, step, any("lora_" in n for n, _ in model.named_parameters())))
+        return real(model, tokenizer, env, cfg, step)
+
+    monkeypatch.setattr(train, "sample_batch", spy)
+    cfg = P.study_config("paper_note8", steps=2, seeds=(0, 1, 2), eval_tasks=8, threads=1, rollouts="shared")
+    record = P.predict(cfg, tmp_path / "p.json", progress=False)
+    assert sorted((s, k) for s, k, _ in draws) == [(s, k) for s in (0, 1, 2) for k in (0, 1)]
+    assert not any(lora for *_, lora in draws), "a draw came from an arm's LoRA model"
+    by = {(r["arm"], r["seed"]): r for r in record["runs"]}
+    assert len(by) == 6 and all(by["outcome", s]["choice"][0] == by["skillgate", s]["choice"][0] for s in (0, 1, 2))
+    assert any(by["outcome", s]["choice"][2] != by["skillgate", s]["choice"][2] for s in (0, 1, 2))
+    assert [r["k"] for r in record["ratios"]] == [1, 2]
+    assert json.loads((tmp_path / "p.json").read_text())["config"]["rollouts"] == "shared"

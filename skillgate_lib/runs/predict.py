@@ -10,6 +10,11 @@ paired (the same seed draws the same first rollouts in both arms: the LoRA init 
 start as the warm start), with a BCa interval over the seed pairs. Every k up to K is reported;
 which k to trust is chosen by leave-one-out over studies (:mod:`skillgate_lib.report.lookahead`).
 
+The cheaper variant (``--rollouts shared``) draws each step's rollouts once per seed, from the warm
+start itself, and both arms update on those same rollouts: half the sampling, and no arm's
+rollouts depend on its own updates (off-policy after the first step). It is scored against the
+on-policy lookahead by the same leave-one-out, and kept only if it predicts as well.
+
 The step size is fixed before any run by one rule: both arms at the middle of the rate study's
 initial grid for the optimizer (AdamW 3e-3, SGD 10, normalised SGD 0.18), unless ``--lr`` says
 otherwise; the rate study then searches each arm's own step size, which the prediction does not
@@ -76,6 +81,9 @@ class PredictConfig:
     """Further TrainConfig fields of both arms (rollout shape, lambda, KL, the regime's knobs)."""
     threads: int = 2
     device: str = "cpu"
+    rollouts: str = "own"
+    """``own``: each arm samples its own rollouts on-policy; ``shared``: both arms update on the same rollouts, drawn
+    once per seed and step from the warm start (the cheaper variant, module docstring)."""
 
     def to_json(self) -> dict:
         return json.loads(json.dumps(dataclasses.asdict(self)))
@@ -172,6 +180,48 @@ def lookahead_run(base, tokenizer, cfg: PredictConfig, arm: str, seed: int, pair
             "groups_kept": kept, "updated": updated, "seconds": round(time.perf_counter() - t0, 2)}
 
 
+def shared_runs(base, tokenizer, cfg: PredictConfig, seed: int, pairs: list, progress=None) -> list[dict]:
+    """Both arms on one seed from the same rollouts: step k's batch is drawn once from the warm start (the outcome
+    arm's seeds and settings), and each arm makes its own update on it; the choice on ``pairs`` after each step."""
+    import torch
+
+    from skillgate_lib.policy import devices
+    from skillgate_lib.runs.choice import logit, oracle_choice
+    from skillgate_lib.runs.train import grpo_update, make_env, sample_batch, setup_training
+    from skillgate_lib.seeding import seed_everything
+
+    torch.set_num_threads(cfg.threads)
+    device = devices.resolve(cfg.device)
+    arms = {}
+    for arm in ARMS:
+        tcfg = cfg.train_config(arm, seed)
+        devices.check_bf16(device, tcfg.bf16)
+        seed_everything(seed)
+        arms[arm] = (tcfg, *setup_training(copy.deepcopy(base).to(device), tcfg))
+    sampler = copy.deepcopy(base).to(device)
+    tcfg0 = arms[ARMS[0]][0]
+    env, eval_env = make_env(tcfg0, tokenizer=tokenizer), make_env(tcfg0, False, tokenizer)
+    t0 = time.perf_counter()
+
+    def choice_of(model) -> float:
+        with devices.autocast(device, tcfg0.bf16):
+            return float(np.mean(oracle_choice(model, tokenizer, eval_env, pairs)))
+
+    start = choice_of(arms[ARMS[0]][1])  # fresh LoRA adds nothing: both arms start at the warm start
+    out = {arm: {"arm": arm, "seed": seed, "choice": [start], "groups_kept": [], "updated": []} for arm in ARMS}
+    for step in range(cfg.steps):
+        sampled = sample_batch(sampler, tokenizer, env, tcfg0, step)
+        for arm, (tcfg, model, params, opt, ccfg, values) in arms.items():
+            _, _, _, row, _ = grpo_update(model, tokenizer, env, opt, params, tcfg, ccfg, step, sampled, values)
+            out[arm]["groups_kept"].append(int(row.get("groups/kept", 0)))
+            out[arm]["updated"].append(bool(row["updated"]))
+            out[arm]["choice"].append(choice_of(model))
+        if progress is not None:
+            progress.update(2)
+    seconds = round((time.perf_counter() - t0) / 2, 2)
+    return [{**r, "choice_logit": [logit(p) for p in r["choice"]], "seconds": seconds} for r in out.values()]
+
+
 def ratios(runs: list[dict], steps: int) -> list[dict]:
     """Per k = 1..``steps``: each arm's mean change in logit(choice) over seeds with its t-interval, and the ratio
     SkillGate / outcome-only with its BCa interval over seed pairs (:func:`~skillgate_lib.report.rates.ratio_interval`)."""
@@ -226,7 +276,13 @@ def predict(cfg: PredictConfig, out: str | Path, command: str = "", progress: bo
     t0 = time.perf_counter()
     with tqdm(total=len(todo) * cfg.steps, desc=f"lookahead {cfg.study or cfg.regime}", disable=not progress) as bar:
         for arm, seed in todo:
-            record["runs"].append(lookahead_run(base, tokenizer, cfg, arm, seed, pairs, bar))
+            if cfg.rollouts == "shared":
+                if arm != ARMS[0]:
+                    continue  # its run came with the first arm's
+                record["runs"] = [r for r in record["runs"] if r["seed"] != seed]
+                record["runs"] += shared_runs(base, tokenizer, cfg, seed, pairs, bar)
+            else:
+                record["runs"].append(lookahead_run(base, tokenizer, cfg, arm, seed, pairs, bar))
             record["runs"].sort(key=lambda r: (r["seed"], ARMS.index(r["arm"])))
             record["ratios"] = ratios(record["runs"], cfg.steps)
             _write(out, record)
@@ -281,6 +337,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=5, help="K, GRPO steps per run (default: 5)")
     p.add_argument("--seeds", type=int, default=8, help="seeds per arm (default: 8)")
     p.add_argument("--eval-tasks", type=int, default=256, help="validation prompts the choice is measured on (default: 256)")
+    p.add_argument("--rollouts", choices=("own", "shared"), default="own",
+                   help="own: each arm samples on-policy (default); shared: both arms update on the same rollouts, drawn "
+                        "once from the warm start (cheaper)")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads (default: 2)")
     p.add_argument("--device", default="cpu", help="auto, cpu (default) or cuda")
     p.add_argument("--out", type=Path, help="the output JSON (default: build/runs/predict/<study>.json); rerun to resume")
@@ -294,7 +353,7 @@ def predict_main(argv: list[str] | None = None) -> int:
         if getattr(args, name) < 1 or (name == "seeds" and args.seeds < 3):
             p.error(f"--{name.replace('_', '-')} must be >= {3 if name == 'seeds' else 1}, got {getattr(args, name)}")
     kw = dict(steps=args.steps, seeds=tuple(range(args.seeds)), eval_tasks=args.eval_tasks, threads=args.threads,
-              device=args.device, adapter=args.adapter)
+              device=args.device, adapter=args.adapter, rollouts=args.rollouts)
     try:
         if args.run is not None:
             cfg = run_config(args.run, **kw)
