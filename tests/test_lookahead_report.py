@@ -85,3 +85,25 @@ def test_only_predictions_committed_before_their_runs_count_as_preregistered():
     assert not {"paper_note8", "paper_note4", "paper_echo_f30", "paper_note8-sgd"} & set(pre["study"])
     row = pre.set_index("study").loc["paper_note8_h68"]
     assert row["predicted_lo"] < row["predicted"] < row["predicted_hi"] and row["lookahead_off"] >= 1
+
+
+def test_the_cheaper_variant_is_scored_on_the_studies_both_predicted(tmp_path):
+    """A variant whose predictions equal the on-policy ones predicts exactly as well; fewer than three common studies
+    give no comparison."""
+    import shutil
+
+    from skillgate_lib.report import rates
+
+    table = rates.rate_table(rates.all_runs())
+    (tmp_path / "shared").mkdir()
+    for path in L.PREDICT_DIR.glob("*.json"):
+        shutil.copy(path, tmp_path / path.name)
+    for name in ("paper_note8", "paper_note4"):
+        shutil.copy(L.PREDICT_DIR / f"{name}.json", tmp_path / "shared" / f"{name}.json")
+    assert L.variant_table(table, tmp_path).empty and L.variant_sentence(L.variant_table(table, tmp_path)) == ""
+    shutil.copy(L.PREDICT_DIR / "paper_echo_f30.json", tmp_path / "shared" / "paper_echo_f30.json")
+    v = L.variant_table(table, tmp_path)
+    assert set(v["study"]) == {"paper_note8", "paper_note4", "paper_echo_f30"} and len(v) == 6
+    own, cheap = (v[v["predictor"].str.contains(w)].set_index("study")["off"] for w in ("own", "shared"))
+    assert (own == cheap).all() and (own >= 1).all()
+    assert "predicts as well" in L.variant_sentence(v)

@@ -268,7 +268,43 @@ def markdown(table: pd.DataFrame, root: str | Path = PREDICT_DIR) -> str:
     pre = preregistered(table, root)
     if not pre.empty:
         out.append(preregistered_sentence(pre))
+    variant = variant_sentence(variant_table(table, root))
+    if variant:
+        out.append(variant)
     return "\n\n".join(out) + "\n"
+
+
+def variant_table(table: pd.DataFrame, root: str | Path = PREDICT_DIR, variant: str = "shared") -> pd.DataFrame:
+    """The cheaper variant (``root/<variant>/``, ``predict --rollouts shared``) against the on-policy lookahead, on the
+    studies both predicted: per study the observed ratio and each one's leave-one-out prediction (K chosen on the
+    other common studies), and per predictor the mean absolute log error as a factor (``off``). Empty with fewer
+    than three common studies."""
+    own, cheap = (complete(predictions(r), r) for r in (Path(root), Path(root) / variant))
+    common = sorted(set(own["study"]) & set(cheap["study"]) & set(table.loc[table["ratio"] > 0, "study"]))
+    if len(common) < 3:
+        return pd.DataFrame()
+    rows = []
+    for name, preds in (("lookahead, own rollouts", own), (f"lookahead, {variant} rollouts", cheap)):
+        loo = loo_table(table[table["study"].isin(common)], preds[preds["study"].isin(common)]).set_index("study")
+        for study in common:
+            rows.append({"study": study, "predictor": name, "observed": loo.loc[study, "observed"],
+                         "predicted": loo.loc[study, LOOKAHEAD], "k": int(loo.loc[study, "k_loo"])})
+    out = pd.DataFrame(rows)
+    out["off"] = np.exp(np.abs(_errors(out["observed"].to_numpy(), out["predicted"].to_numpy())))
+    return out
+
+
+def variant_sentence(v: pd.DataFrame) -> str:
+    """Whether the cheaper variant predicts as well as the on-policy lookahead, in words (its numbers from ``v``)."""
+    if v.empty:
+        return ""
+    mean = v.groupby("predictor")["off"].apply(lambda x: float(np.exp(np.log(x).mean())))
+    own, cheap = (mean[m] for m in sorted(mean.index, key=lambda m: "own" not in m))
+    verdict = "predicts as well" if cheap <= own else "predicts worse"
+    studies = ", ".join(f"`{s}`" for s in sorted(v["study"].unique()))
+    return (f"The cheaper variant (both arms updating on the same rollouts, drawn once from the warm start) "
+            f"{verdict} on the {v['study'].nunique()} studies both predicted ({studies}; each left out): off "
+            f"{cheap:.2f}x on average against the on-policy lookahead's {own:.2f}x.")
 
 
 def _git(*args: str) -> subprocess.CompletedProcess:
