@@ -31,6 +31,12 @@ kit's ``TrainConfig.bf16``, TRL's ``bf16=True``), and the MFU is then taken agai
 matmul peak. For the decode it also reports the floor set by reading the weights once per
 decode forward at the measured read bandwidth, as a fraction of the measured forward.
 
+Memory: both trainers live in one process. At ``--model smollm2-sft --prompts 2 --group 8`` (368
+tokens a row) it reached 18.8 GB resident during the second pair and was killed by the kernel on
+a 24 GB machine: TRL's update holds the full-vocabulary logits of every row, and the allocator
+settings the kit's trainer uses for a pretrained model (:func:`skillgate_lib.policy.devices.keep_freed_memory`,
+applied here too) keep freed blocks instead of returning them. Size SmolLM2 runs below that.
+
 The kit's loop also stops at ``new_tokens`` decode steps (it stops early only when every
 sequence has ended, which a 64-row batch never does in practice); its rows can be shorter
 than ``new_tokens`` when a sequence samples EOS, so the mean response length of both sides
