@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from skillgate_lib.policy.hf_compat import output_cache, with_cache
+
 
 def pack(episodes, pad: int) -> dict[str, torch.Tensor]:
     """Prompt+response batch of :class:`~skillgate_lib.policy.rollout.Episode` s, responses aligned.
@@ -75,10 +77,10 @@ def response_logits(model, batch: dict[str, torch.Tensor], share_prompts: bool =
     first = pre.logits[source, -1:].float()  # column P-1 predicts response token 0
     if T == 1:
         return first
-    cache = pre.cache
+    cache = output_cache(pre)
     cache.batch_select_indices(source)
     out = model(input_ids=ids[:, P : P + T - 1], attention_mask=attn[:, : P + T - 1], position_ids=pos[:, P : P + T - 1],
-                cache=cache, use_cache=True)
+                **with_cache(cache), use_cache=True)
     return torch.cat([first, out.logits.float()], dim=1)
 
 
@@ -114,7 +116,7 @@ def _bucketed_logprobs(model, batch: dict[str, torch.Tensor], share_prompts: boo
         pre = model(input_ids=ids[unique, :P], attention_mask=attn[unique, :P], position_ids=pos[unique, :P],
                     use_cache=True, logits_to_keep=1)
         first = pre.logits[:, -1].float()  # column P-1 of each distinct prompt predicts response token 0
-        prompt_kv = [(layer.keys, layer.values) for layer in pre.cache.layers]
+        prompt_kv = [(layer.keys, layer.values) for layer in output_cache(pre).layers]
     out = torch.zeros(B, T, device=device)
     for rows in torch.tensor_split(torch.argsort(lengths.cpu(), stable=True).to(device), buckets):
         if len(rows) == 0:
@@ -131,7 +133,7 @@ def _bucketed_logprobs(model, batch: dict[str, torch.Tensor], share_prompts: boo
                 for i, (keys, values) in enumerate(prompt_kv):
                     cache.update(keys[src], values[src], i)
                 rest = model(input_ids=ids[rows, P : P + width - 1], attention_mask=attn[rows, : P + width - 1],
-                             position_ids=pos[rows, P : P + width - 1], cache=cache, use_cache=True).logits.float()
+                             position_ids=pos[rows, P : P + width - 1], **with_cache(cache), use_cache=True).logits.float()
                 logits = torch.cat([logits, rest], dim=1)
         picked = torch.gather(F.log_softmax(logits, -1), 2, targets[rows, :width, None]).squeeze(-1)
         out = out.index_put((rows,), F.pad(picked, (0, T - width)))

@@ -36,6 +36,8 @@ from dataclasses import dataclass, replace
 import torch
 import torch.nn.functional as F
 
+from skillgate_lib.policy.hf_compat import output_cache, with_cache
+
 
 class Unsupported(ValueError):
     """The model is not one :class:`LeanLlama` reproduces exactly; its own forward has to serve."""
@@ -62,7 +64,7 @@ class HFDecoder:
         dev = self.device
         out = self.model(input_ids=ids.to(dev), attention_mask=attn.to(dev), position_ids=pos.to(dev),
                          use_cache=True, logits_to_keep=1)
-        self.cache, self.attn = out.cache, attn
+        self.cache, self.attn = output_cache(out), attn
         return out.logits[:, -1].float()
 
     def select(self, rows: torch.Tensor) -> None:
@@ -75,8 +77,8 @@ class HFDecoder:
         dev, width = self.device, ids.shape[1]
         self.attn = torch.cat([self.attn, attn], dim=1)
         out = self.model(input_ids=ids.to(dev), attention_mask=self.attn.to(dev), position_ids=pos.to(dev),
-                         cache=self.cache, use_cache=True, logits_to_keep=1 if width == 1 else 0)
-        self.cache = out.cache
+                         **with_cache(self.cache), use_cache=True, logits_to_keep=1 if width == 1 else 0)
+        self.cache = output_cache(out)
         return _pick_last(out.logits, lengths)
 
 
