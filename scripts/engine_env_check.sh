@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The kit and verl 0.9.x in one fresh virtual environment, resolved by pip with every dependency
 # (no --no-deps): `pip install -e ".[scale]" "verl>=0.9.1,<0.10"`, then `pip check` and the kit's verl
-# tests in it. While the kit requires transformers>=5.25 (verl 0.9.x: <5.11) pip refuses to resolve
-# it, which is what this check is for (docs/integrations.md, "Versions").
+# tests in it: the kit's transformers range (>=5.5.3) and verl 0.9.x's (<5.11) must meet
+# (docs/integrations.md, "Versions").
 #
 # Usage: bash scripts/engine_env_check.sh [KIT_DIR [VENV_DIR]]
 #   KIT_DIR   the kit's source tree to install (default: this repository)
