@@ -13,7 +13,8 @@ which k to trust is chosen by leave-one-out over studies (:mod:`skillgate_lib.re
 The cheaper variant (``--rollouts shared``) draws each step's rollouts once per seed, from the warm
 start itself, and both arms update on those same rollouts: half the sampling, and no arm's
 rollouts depend on its own updates (off-policy after the first step). It is scored against the
-on-policy lookahead by the same leave-one-out, and kept only if it predicts as well.
+on-policy lookahead by the same leave-one-out (docs/results.md, the lookahead block): on the three
+AdamW studies it predicts worse, so the on-policy lookahead stays the predictor and the default.
 
 The step size is fixed before any run by one rule: both arms at the middle of the rate study's
 initial grid for the optimizer (AdamW 3e-3, SGD 10, normalised SGD 0.18), unless ``--lr`` says
