@@ -115,7 +115,8 @@ def device_block(r: dict) -> str:
             "|---|---|---|---:|---:|---:|\n" + rows + "\n")
 
 
-BLOCKS = {"device_cuda_h200": device_block, "study": study_block, "study_steps20": study_block, "grpo_step_160": grpo_step_160_block}
+BLOCKS = {"device_cuda_h200": device_block, "study": study_block, "study_steps20": study_block, "grpo_step_160": grpo_step_160_block,
+          "grpo_step_smollm2": grpo_step_paired_block}
 
 
 def render(text: str) -> str:
