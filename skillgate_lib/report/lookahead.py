@@ -49,13 +49,15 @@ def predictions(root: str | Path = PREDICT_DIR) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _git(*args: str) -> subprocess.CompletedProcess:
+    """``git ARGS`` in the repository, output captured."""
+    return subprocess.run(["git", "-C", str(paths.REPO_ROOT), *args], capture_output=True, text=True)
+
+
 def added_in(path: str | Path) -> str:
     """The short id of the commit that added ``path`` (``git log --diff-filter=A``), or "not committed"."""
-    import subprocess
-
     path = Path(path).resolve()
-    out = subprocess.run(["git", "-C", str(path.parent), "log", "--diff-filter=A", "--format=%h", "--", path.name],
-                         capture_output=True, text=True)
+    out = _git("log", "--diff-filter=A", "--format=%h", "--", str(path))
     ids = out.stdout.split() if out.returncode == 0 else []
     return ids[-1] if ids else "not committed"
 
@@ -305,10 +307,6 @@ def variant_sentence(v: pd.DataFrame) -> str:
     return (f"The cheaper variant (both arms updating on the same rollouts, drawn once from the warm start) "
             f"{verdict} on the {v['study'].nunique()} studies both predicted ({studies}; each left out): off "
             f"{cheap:.2f}x on average against the on-policy lookahead's {own:.2f}x.")
-
-
-def _git(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", "-C", str(paths.REPO_ROOT), *args], capture_output=True, text=True)
 
 
 def preregistered(table: pd.DataFrame, root: str | Path = PREDICT_DIR,
