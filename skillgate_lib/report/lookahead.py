@@ -54,12 +54,20 @@ def _git(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["git", "-C", str(paths.REPO_ROOT), *args], capture_output=True, text=True)
 
 
-def added_in(path: str | Path) -> str:
-    """The short id of the commit that added ``path`` (``git log --diff-filter=A``), or "not committed"."""
-    path = Path(path).resolve()
-    out = _git("log", "--diff-filter=A", "--format=%h", "--", str(path))
+def _added_by(path: str | Path) -> str | None:
+    """The full id of the commit that added ``path`` (``git log --diff-filter=A``), or None."""
+    out = _git("log", "--diff-filter=A", "--format=%H", "--", str(Path(path).resolve()))
     ids = out.stdout.split() if out.returncode == 0 else []
-    return ids[-1] if ids else "not committed"
+    return ids[-1] if ids else None
+
+
+def added_in(path: str | Path) -> str:
+    """The id of the commit that added ``path``, cut to 7 hex digits, or "not committed".
+
+    Cut by hand rather than git's ``%h``, whose length grows with the objects in the clone: the generated docs must
+    read the same in a fresh clone (CI) as here."""
+    full = _added_by(path)
+    return full[:7] if full else "not committed"
 
 
 def _errors(observed: np.ndarray, predicted: np.ndarray) -> np.ndarray:
@@ -319,12 +327,13 @@ def preregistered(table: pd.DataFrame, root: str | Path = PREDICT_DIR,
     loo = loo_table(table, preds).set_index("study") if not preds.empty else pd.DataFrame()
     rows = []
     for study in loo.index:
-        pred_commit = added_in(Path(root) / f"{study}.json")
-        runs_commit = added_in(Path(speed_root) / study / "selection.json")
-        if "not committed" in (pred_commit, runs_commit) or pred_commit == runs_commit:
+        pred_full = _added_by(Path(root) / f"{study}.json")
+        runs_full = _added_by(Path(speed_root) / study / "selection.json")
+        if None in (pred_full, runs_full) or pred_full == runs_full:
             continue
-        if _git("merge-base", "--is-ancestor", pred_commit, runs_commit).returncode != 0:
+        if _git("merge-base", "--is-ancestor", pred_full, runs_full).returncode != 0:
             continue  # the prediction came after the runs: a retro-prediction
+        pred_commit, runs_commit = pred_full[:7], runs_full[:7]
         r, k = loo.loc[study], int(loo.loc[study, "k_loo"])
         at = preds[(preds["study"] == study) & (preds["k"] == k)].iloc[0]
         rows.append({"study": study, "prediction_commit": pred_commit, "runs_commit": runs_commit, "k": k,
