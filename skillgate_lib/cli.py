@@ -33,6 +33,8 @@ def add_fields(parser: argparse.ArgumentParser, cls) -> None:
             named = re.match(r"tuple\[(int|float|str)\b", str(f.type))
             kind = {"int": int, "float": float, "str": str}[named.group(1)] if named else type(default[0]) if default else str
             parser.add_argument(flag, nargs="+", type=kind, default=default, help=helptext)
+        elif default is None and str(f.type).startswith("bool"):  # ``bool | None``: --flag / --no-flag / unset
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=helptext)
         elif default is None:  # ``X | None``: the type named first in the annotation
             kind = {"int": int, "float": float, "str": str}[str(f.type).split("|")[0].strip()]
             parser.add_argument(flag, type=kind, default=None, help=helptext)

@@ -87,3 +87,29 @@ def test_bf16_autocast_matches_fp32_on_a_tiny_gqa_llama_and_keeps_fp32_where_it_
     loss.backward()
     lora = [p for n, p in model.named_parameters() if "lora_" in n]
     assert lora and all(p.dtype == torch.float32 and p.grad is not None and p.grad.dtype == torch.float32 for p in lora)
+
+
+def test_the_default_precision_is_bf16_only_for_a_pretrained_model_where_it_pays(tmp_path, monkeypatch):
+    """Unset ``--bf16``: bf16 autocast for a pretrained model on a CPU with native bf16 matmuls, fp32 for the embedded
+    tiny model and on a CPU without them; ``--bf16`` / ``--no-bf16`` win; a TrainConfig records the resolved value."""
+    from skillgate_lib.cli import add_fields
+    from skillgate_lib.policy.models import is_embedded
+
+    cpu = torch.device("cpu")
+    assert is_embedded("tiny") and is_embedded("tiny-note8") and is_embedded(None)
+    assert not is_embedded("smollm2-135m") and not is_embedded("smollm2-sft")
+    (tmp_path / "small").mkdir(), (tmp_path / "wide").mkdir()
+    (tmp_path / "small" / "config.json").write_text(json.dumps({"hidden_size": 64}))
+    (tmp_path / "wide" / "config.json").write_text(json.dumps({"hidden_size": 576}))
+    assert is_embedded(str(tmp_path / "small")) and not is_embedded(str(tmp_path / "wide"))
+    for native, want in (("amx_bf16", True), (None, False)):
+        monkeypatch.setattr(devices, "native_bf16_cpu", lambda cpuinfo="/proc/cpuinfo", native=native: native)
+        assert devices.resolve_bf16(None, cpu, embedded=False) is want
+        assert devices.resolve_bf16(None, cpu, embedded=True) is False
+        assert devices.resolve_bf16(True, cpu, embedded=True) is True and devices.resolve_bf16(False, cpu, False) is False
+        assert TrainConfig(model="smollm2-sft", device="cpu").bf16 is want
+        assert TrainConfig(model="tiny-note8", device="cpu").bf16 is False
+    parser = __import__("argparse").ArgumentParser()
+    add_fields(parser, TrainConfig)
+    assert parser.parse_args([]).bf16 is None
+    assert parser.parse_args(["--bf16"]).bf16 is True and parser.parse_args(["--no-bf16"]).bf16 is False

@@ -17,6 +17,7 @@ runs differ between devices only where the logits round differently.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 from pathlib import Path
 
@@ -51,6 +52,23 @@ def native_bf16_cpu(cpuinfo: str | Path = "/proc/cpuinfo") -> str | None:
     return next((f for f in NATIVE_BF16_FLAGS if f in flags), None)
 
 
+def bf16_pays(device: torch.device) -> bool:
+    """Whether bf16 autocast speeds a wide model up on ``device``: a CUDA device with bf16, or a CPU with native
+    bf16 matmuls (:data:`NATIVE_BF16_FLAGS`)."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return device.type == "cpu" and native_bf16_cpu() is not None
+
+
+def resolve_bf16(bf16: bool | None, device: torch.device | str, embedded: bool) -> bool:
+    """The precision a run uses: ``--bf16`` / ``--no-bf16`` as given; unset (None), bf16 autocast for a pretrained
+    model where it pays (:func:`bf16_pays`) and fp32 for the embedded tiny model (``embedded``), whose matmuls are
+    too narrow for bf16 to pay and whose committed numbers are fp32."""
+    if bf16 is not None:
+        return bool(bf16)
+    return not embedded and bf16_pays(resolve(device) if isinstance(device, str) else device)
+
+
 def check_bf16(device: torch.device, bf16: bool) -> None:
     """Refuse bf16 autocast where it would not pay: on a CPU without native bf16 matmuls (emulated bf16 is slower
     than fp32), and on a device that is neither CPU nor CUDA."""
@@ -82,8 +100,9 @@ def precision_line(device: torch.device, bf16: bool) -> str:
 def add_device_arguments(parser) -> None:
     """``--device`` and ``--bf16`` on an argparse parser (the dataclass commands get them as fields)."""
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda (default: auto)")
-    parser.add_argument("--bf16", action="store_true",
-                        help="bf16 autocast of the forward passes (CUDA, or a CPU with native bf16 matmuls)")
+    parser.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None,
+                        help="bf16 autocast of the forward passes (CUDA, or a CPU with native bf16 matmuls); "
+                        "default: on for a pretrained model where bf16 pays, off for the embedded tiny model")
 
 
 def keep_freed_memory() -> bool:

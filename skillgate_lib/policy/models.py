@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import os
 import warnings
 from pathlib import Path
@@ -128,6 +129,25 @@ TINY_MODELS = {"tiny": paths.DATA_DIR / "models" / "tiny-sft", "tiny-base": path
                "tiny-note8": paths.DATA_DIR / "models" / "tiny-note8",
                "tiny-base-note4": paths.DATA_DIR / "models" / "tiny-base-note4",
                "tiny-note4": paths.DATA_DIR / "models" / "tiny-note4"}
+
+
+#: The widest hidden size counted as the embedded model's (it has 128); a pretrained model is wider (SmolLM2: 576).
+EMBEDDED_MAX_HIDDEN = 256
+
+
+def is_embedded(spec: str | None) -> bool:
+    """Whether ``spec`` names the embedded tiny model: a name of :data:`TINY_MODELS` (or None, which loads ``tiny``),
+    or a local directory whose ``config.json`` has a hidden size of at most :data:`EMBEDDED_MAX_HIDDEN`.
+    Decides the default precision (:func:`skillgate_lib.policy.devices.resolve_bf16`) without loading weights."""
+    if spec is None or spec in TINY_MODELS:
+        return True
+    config = Path(spec) / "config.json"
+    if spec in ADAPTER_MODELS or not config.is_file():
+        return False
+    try:
+        return int(json.loads(config.read_text()).get("hidden_size", 1 << 30)) <= EMBEDDED_MAX_HIDDEN
+    except (ValueError, TypeError):
+        return False
 
 
 def model_fingerprint(spec: str) -> str | None:

@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -194,9 +195,14 @@ def evaluate_main(argv: list[str] | None = None) -> int:
     if args.step_failure is not None:
         regime = dataclasses.replace(regime, step_failure=args.step_failure)
     device = devices.resolve(args.device)
-    devices.check_bf16(device, args.bf16)
+    from skillgate_lib.policy.models import is_embedded
+
+    spec = args.model or config.get("model", "tiny")
+    bf16 = devices.resolve_bf16(args.bf16 if args.bf16 is not None else config.get("bf16"), device, is_embedded(spec))
+    devices.check_bf16(device, bf16)
+    print(devices.precision_line(device, bf16), file=sys.stderr, flush=True)
     t0 = time.perf_counter()
-    with devices.autocast(device, args.bf16):
+    with devices.autocast(device, bf16):
         env = rendered(regime.env(), tokenizer, args.render or config.get("render", "auto"))
         summary = summarize(evaluate(model.to(device), tokenizer, env, args.tasks, regime.max_new_tokens,
                                      temperature=args.temperature, domains=args.domains, split=args.split))
@@ -206,12 +212,11 @@ def evaluate_main(argv: list[str] | None = None) -> int:
             summary.update(choice_summary(oracle_choice(model, tokenizer, env, heldout_pairs(env, args.tasks, args.split))))
     if args.out is not None:
         import shlex
-        import sys
 
         command = "python -m skillgate_lib evaluate " + " ".join(map(shlex.quote, sys.argv[2:] if argv is None else argv))
         record = {"command": command, "model": args.model or config.get("model", "tiny"), "regime": regime.name,
                   "tasks": args.tasks, "split": args.split, "temperature": args.temperature,
-                  "seconds": round(time.perf_counter() - t0, 1), "summary": summary}
+                  "bf16": bf16, "seconds": round(time.perf_counter() - t0, 1), "summary": summary}
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(record, indent=1) + "\n")
     if args.json:

@@ -25,7 +25,7 @@ from skillgate_lib.env.chat import rendered
 from skillgate_lib.env.regimes import REGIMES, Regime, get
 from skillgate_lib.policy import devices
 from skillgate_lib.policy.batching import pack
-from skillgate_lib.policy.models import load_policy, model_fingerprint
+from skillgate_lib.policy.models import is_embedded, load_policy, model_fingerprint
 from skillgate_lib.policy.rollout import generate
 from skillgate_lib.runs.records import credit_inputs, episode_rows
 from skillgate_lib.seeding import stream_seed
@@ -33,7 +33,7 @@ from skillgate_lib.seeding import stream_seed
 
 def probe(regime: Regime, out_dir: str | Path, model: str = "tiny", n_groups: int = 128, group_size: int = 8,
           seed: int = 0, threads: int = 2, chunk: int = 16, progress: bool = False, device: str = "auto",
-          bf16: bool = False):
+          bf16: bool | None = None):
     """Outcome-only GRPO's view of ``regime`` from the warm start: roll out, credit, write, audit.
 
     Samples ``n_groups`` training prompts x ``group_size`` rollouts from ``model`` (no update),
@@ -48,13 +48,16 @@ def probe(regime: Regime, out_dir: str | Path, model: str = "tiny", n_groups: in
     if (out_dir / "config.json").exists():
         raise FileExistsError(f"{out_dir}: already holds a probe; choose another --out")
     dev = devices.resolve(device)
+    bf16 = devices.resolve_bf16(bf16, dev, is_embedded(model))
     devices.check_bf16(dev, bf16)
+    if progress:
+        print(devices.precision_line(dev, bf16), flush=True)
     base, tokenizer = load_policy(model)
     env = rendered(regime.env(), tokenizer)  # the chat rendering for a model with a chat template
     base = base.to(dev).eval()
     writer = logs.RunWriter(out_dir)
     writer.write_config({"kind": "probe", "regime": regime.name, **regime.knobs(), "model": model,
-                         "model_fingerprint": model_fingerprint(model), "credit": "outcome", "seed": seed,
+                         "model_fingerprint": model_fingerprint(model), "credit": "outcome", "seed": seed, "bf16": bf16,
                          "n_groups": n_groups, "group_size": group_size, "chunk": chunk,
                          "versions": logs.package_versions()})
     tasks = env.sample_tasks(n_groups, split="train", seed=stream_seed(seed, 0, 2))
@@ -131,7 +134,9 @@ def probe_main(argv: list[str] | None = None) -> int:
         regime = replace(regime, name=f"{regime.name}+custom", **over)
     result = probe(regime, args.out, args.model, args.groups, args.group_size, args.seed, args.threads, progress=True,
                    device=args.device, bf16=args.bf16)
-    summary = {"regime": regime.name, "model": args.model, "seed": args.seed, **regime.knobs(), **probe_summary(result)}
+    bf16 = json.loads((Path(args.out) / "config.json").read_text())["bf16"]  # as resolved
+    summary = {"regime": regime.name, "model": args.model, "seed": args.seed, "bf16": bf16, **regime.knobs(),
+               **probe_summary(result)}
     if args.json:
         print(json.dumps(summary, indent=1))
     else:

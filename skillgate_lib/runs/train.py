@@ -35,7 +35,7 @@ from skillgate_lib.env import SkillSlateEnv, regimes
 from skillgate_lib.env.chat import RENDERINGS, rendered
 from skillgate_lib.policy import devices
 from skillgate_lib.policy.batching import pack, response_logprobs
-from skillgate_lib.policy.models import load_policy, model_fingerprint
+from skillgate_lib.policy.models import is_embedded, load_policy, model_fingerprint
 from skillgate_lib.policy.rollout import Episode, generate
 from skillgate_lib.runs import optimizers, tracking
 from skillgate_lib.runs.choice import call_episode, choice_summary, oracle_choice
@@ -129,8 +129,10 @@ class TrainConfig:
     """torch CPU threads."""
     device: str = "auto"
     """Where the policy runs: auto (CUDA when present), cpu or cuda. Sampling draws from the CPU stream on any device."""
-    bf16: bool = False
-    """bf16 autocast of the forward passes (CUDA, or a CPU with native bf16 matmuls; :mod:`skillgate_lib.policy.devices`); fp32 otherwise."""
+    bf16: bool | None = None
+    """bf16 autocast of the forward passes (CUDA, or a CPU with native bf16 matmuls; :mod:`skillgate_lib.policy.devices`),
+    else fp32. Unset: on for a pretrained model where bf16 pays, off for the embedded tiny model (resolved when the
+    config is made, so a run's config.json records which)."""
     length_buckets: int = 4
     """Row groups of similar response length in the update's forwards (1 = one batch padded to the longest
     response). Speed only: the numbers agree up to rounding, like ``threads``."""
@@ -140,6 +142,8 @@ class TrainConfig:
     """Output directory; default build/runs/<method>-seed<seed>."""
 
     def __post_init__(self) -> None:
+        if self.bf16 is None:
+            self.bf16 = devices.resolve_bf16(None, self.device, is_embedded(self.model))
         if self.method:
             m = methods.get(self.method)
             if not m.trainable:
