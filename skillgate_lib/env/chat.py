@@ -133,11 +133,21 @@ class ChatEnv:
         """The system turn: the instructions, then one line per slate candidate (``name words : description``)."""
         return "\n".join([INSTRUCTIONS, *(f"{display_name(c.name)} : {c.description}" for c in slate.candidates)])
 
+    def messages(self, task: Task, slate: Slate) -> list[dict[str, str]]:
+        """The prompt as chat messages (the system turn, then the task as the user turn): what an engine's
+        conversational dataset holds, so that its chat template renders :meth:`prompt`."""
+        self.env._check(task, slate)
+        return [{"role": "system", "content": self.system(slate)}, {"role": "user", "content": task.text}]
+
     def prompt(self, task: Task, slate: Slate) -> str:
         """The chat up to the first assistant turn's content (the tokenizer's template, generation prompt added)."""
+        return self.tokenizer.apply_chat_template(self.messages(task, slate), tokenize=False, add_generation_prompt=True)
+
+    def body(self, task: Task, slate: Slate, words: Sequence[str], k: int) -> str:
+        """The tool turn's content after the k-th (1-based) read of ``words``: the body or error text, no turn
+        markers (an engine's tool returns it and the engine's chat template adds the markers)."""
         self.env._check(task, slate)
-        messages = [{"role": "system", "content": self.system(slate)}, {"role": "user", "content": task.text}]
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return self.env._insertion(slate, list(words), k)
 
     @staticmethod
     def read_call(name: str) -> tuple[str, tuple[int, int]]:

@@ -60,3 +60,49 @@ def add_read_tokens(tokenizer: Any, model: Any = None) -> list[int]:
     if model is not None and model.get_input_embeddings().num_embeddings < len(tokenizer):
         model.resize_token_embeddings(len(tokenizer))
     return [tokenizer.convert_tokens_to_ids(t) for t in (READ_OPEN, READ_CLOSE)]
+
+
+def json_call_response_template(end_of_turn: str) -> dict:
+    """transformers ``response_template`` for a chat model that writes reads as the chat rendering does
+    (:meth:`skillgate_lib.env.chat.ChatEnv.read_call`: ``<tool_call>{"name": "read", "arguments": {...}}</tool_call>``,
+    Qwen's and Hermes' syntax) and ends its turn with ``end_of_turn`` (ChatML's ``<|im_end|>``): each call is a
+    tool call, the text around them the content. For a template that TRL does not know (SmolLM2's renders no tools)."""
+    import re
+
+    return {
+        "defaults": {"role": "assistant"},
+        "start_anchor_pattern": r"\Z",  # a turn is parsed from where generation began
+        "fields": {
+            "tool_calls": {"open": "<tool_call>", "close_pattern": r"</tool_call>\s*", "repeats": True, "content": "json",
+                           "transform": {"type": "function", "function": "{content}"}},
+            "content": {"close_pattern": re.escape(end_of_turn) + r"\s*", "content": "text"},
+        },
+    }
+
+
+#: Jinja put before a chat template that renders no tool calls (SmolLM2's): each assistant message's calls are
+#: written into its content as the chat rendering writes a read (:meth:`skillgate_lib.env.chat.ChatEnv.read_call`),
+#: then the template renders the messages as before. Other turns, and so every prompt, render unchanged.
+TOOL_CALLS_AS_CONTENT = (
+    "{%- set _kit = namespace(messages=[]) -%}"
+    "{%- for m in messages -%}"
+    "{%- if m.role == 'assistant' and m.tool_calls -%}"
+    "{%- set _call = namespace(text=m.content or '') -%}"
+    "{%- for c in m.tool_calls -%}"
+    "{%- set _f = c.function if c.function is defined else c -%}"
+    "{%- set _call.text = _call.text + '<tool_call>' + ({'name': _f.name, 'arguments': _f.arguments} | tojson) + '</tool_call>' -%}"
+    "{%- endfor -%}"
+    "{%- set _kit.messages = _kit.messages + [{'role': m.role, 'content': _call.text}] -%}"
+    "{%- else -%}{%- set _kit.messages = _kit.messages + [m] -%}{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- set messages = _kit.messages -%}"
+)
+
+
+def renders_tool_calls(tokenizer) -> bool:
+    """Whether ``tokenizer``'s chat template shows an assistant message's tool calls."""
+    probe = [{"role": "user", "content": "u"},
+             {"role": "assistant", "content": "", "tool_calls": [
+                 {"type": "function", "function": {"name": "kit_probe_tool", "arguments": {"x": 1}}}]}]
+    return "kit_probe_tool" in tokenizer.apply_chat_template(probe, tokenize=False)
+

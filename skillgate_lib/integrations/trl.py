@@ -142,7 +142,13 @@ from skillgate_lib.integrations import (
     turn_cut_format,
 )
 from skillgate_lib.integrations.deps import import_engine
-from skillgate_lib.integrations.kit_chat import CHAT_TEMPLATE, RESPONSE_TEMPLATE
+from skillgate_lib.integrations.kit_chat import (
+    CHAT_TEMPLATE,
+    RESPONSE_TEMPLATE,
+    TOOL_CALLS_AS_CONTENT,
+    json_call_response_template,
+    renders_tool_calls,
+)
 from skillgate_lib.integrations.trl_calls import decode_message_arguments, decoded_tool_arguments, failed_reads, read_call_outcomes, read_tools
 from skillgate_lib.integrations.trl_env import (
     CATEGORIES_COLUMN,
@@ -196,6 +202,25 @@ def use_kit_chat_format(tokenizer):
     """
     tokenizer.chat_template = CHAT_TEMPLATE
     tokenizer.response_template = RESPONSE_TEMPLATE
+    return tokenizer
+
+
+def use_chat_tool_calls(tokenizer):
+    """Give a chat model's ``tokenizer`` the ``response_template`` that parses the chat rendering's JSON read calls
+    (:func:`~skillgate_lib.integrations.kit_chat.json_call_response_template`, its end-of-turn token the EOS),
+    keeping its own chat template (in place; returns it).
+
+    What TRL's tool loop needs to run :class:`~skillgate_lib.env.chat.ChatEnv` (``env_dataset(chat, n,
+    tools=True)``) with a model whose template TRL cannot parse calls for, such as SmolLM2's. A tokenizer that
+    already has a response template keeps it. A template that renders no tool calls (SmolLM2's drops them, and
+    TRL refuses such a template) gets :data:`~skillgate_lib.integrations.kit_chat.TOOL_CALLS_AS_CONTENT` put
+    before it: calls are written into the assistant's content as the chat rendering writes them, and every
+    other turn, so every prompt, renders as before (``tests/test_chat_trl.py``).
+    """
+    if not renders_tool_calls(tokenizer):
+        tokenizer.chat_template = TOOL_CALLS_AS_CONTENT + tokenizer.chat_template
+    if getattr(tokenizer, "response_template", None) is None:
+        tokenizer.response_template = json_call_response_template(tokenizer.eos_token)
     return tokenizer
 
 
@@ -450,5 +475,5 @@ class MetricsJsonl(TrainerCallback):
 
 
 __all__ = ["SkillGateGRPOTrainer", "GRPO_CONFIG_LIMITS", "EnvReward", "MetricsJsonl", "SkillReads", "env_dataset", "fold_weights", "skill_argument",
-           "transcript", "trl_method", "trl_methods", "use_kit_chat_format", "write_task_table", "CHAT_TEMPLATE",
+           "transcript", "trl_method", "trl_methods", "use_chat_tool_calls", "use_kit_chat_format", "write_task_table", "CHAT_TEMPLATE",
            "RESPONSE_TEMPLATE", "AUDIT_READ_PATTERN", "NAMES_COLUMN", "CATEGORIES_COLUMN"]

@@ -117,11 +117,18 @@ class EnvReward:
         self.env, self.episodes = env, dict(episodes)
         self.index = SkillIndex.of_library(env.library)
 
-    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], task_id: Sequence[str], **_: Any) -> list[float]:
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], task_id: Sequence[str],
+                 completion_ids: Sequence[Sequence[int]] | None = None, **_: Any) -> list[float]:
+        chat = hasattr(self.env, "to_words")  # the chat rendering judges the text as the kit's rollout decodes it
+        if chat and completion_ids is None:
+            raise ValueError("EnvReward on the chat rendering needs the completions' token ids (TRL passes "
+                             "completion_ids); it judges them decoded as the kit's rollout decodes its own")
         out = []
-        for completion, tid in zip(completions, task_id):
+        for k, (completion, tid) in enumerate(zip(completions, task_id)):
             task, slate = self.episodes[tid]
-            out.append(float(self.env.score(task, slate, transcript(completion, self.index)).reward))
+            text = (self.env.tokenizer.decode(list(completion_ids[k]), skip_special_tokens=True) if chat
+                    else transcript(completion, self.index))
+            out.append(float(self.env.score(task, slate, text).reward))
         return out
 
     def environment(self) -> SkillReads:
@@ -132,7 +139,11 @@ class EnvReward:
 def env_dataset(env: Any, n_tasks: int, seed: int = 0, tools: bool = False):
     """Kit tasks as a TRL dataset (``datasets.Dataset``) plus the reward function that scores them.
 
-    ``env`` is a :class:`skillgate_lib.env.SkillSlateEnv`. Columns: ``prompt``, ``task_id``,
+    ``env`` is a :class:`skillgate_lib.env.SkillSlateEnv`, or its chat rendering
+    (:class:`~skillgate_lib.env.chat.ChatEnv`: with ``tools=True`` the prompt is its system and user
+    messages, for the model's own chat template and :func:`~skillgate_lib.integrations.trl.use_chat_tool_calls`;
+    the reward judges the decoded completion ids, so a TRL episode and a kit episode of the same tokens get
+    the same verdict). Columns: ``prompt``, ``task_id``,
     ``domain``, ``horizon``, ``oracle`` and the slate as ``skill_names`` / ``skill_categories``
     (stored names; empty for a skill-free environment, which serves no read). ``tools=False``: the prompt is text and the completion single-turn (the
     policy never sees a body); ``tools=True``: the prompt is one user message, for TRL's tool
@@ -145,10 +156,13 @@ def env_dataset(env: Any, n_tasks: int, seed: int = 0, tools: bool = False):
         slate = env.slate(task, seed=seed)
         tid = str(task.task_id)
         episodes[tid] = (task, slate)
-        prompt = env.prompt(task, slate)
+        if tools and hasattr(env, "messages"):  # the chat rendering: its system and user turns, for the template
+            prompt = env.messages(task, slate)
+        else:
+            prompt = [{"role": "user", "content": env.prompt(task, slate)}] if tools else env.prompt(task, slate)
         shown = slate.candidates if env.show_slate else ()  # skill-free: no read is served, none is on a slate
         rows.append({
-            "prompt": [{"role": "user", "content": prompt}] if tools else prompt,
+            "prompt": prompt,
             "task_id": tid,
             "domain": str(getattr(task, "domain", "")),
             "horizon": int(getattr(task, "horizon", -1)),
