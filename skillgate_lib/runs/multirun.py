@@ -34,6 +34,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from skillgate_lib.policy import devices
 from skillgate_lib.policy.decoder import MultiLlama, Unsupported
 from skillgate_lib.policy.models import load_policy
 from skillgate_lib.policy.rollout import Episode, Segment, decode, generate, response_limit
@@ -86,8 +87,9 @@ def sample_together(runs: list[TrainingRun], step: int) -> list[tuple]:
         t0 = time.perf_counter()
         waiting = list(requests)
         segments = [Segment(runs[k].env, *requests[k]) for k in waiting]
-        episodes = generate_together([runs[k].model for k in waiting], tokenizer, segments, cfg.max_new_tokens,
-                                     cfg.temperature)
+        with devices.autocast(next(runs[0].model.parameters()).device, cfg.bf16):  # the update's precision
+            episodes = generate_together([runs[k].model for k in waiting], tokenizer, segments, cfg.max_new_tokens,
+                                         cfg.temperature)
         seconds = time.perf_counter() - t0
         requests = {}
         for k, eps in zip(waiting, episodes):

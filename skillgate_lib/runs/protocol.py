@@ -53,7 +53,7 @@ def evaluate_on_test(run_dir: str | Path, regime: str, n: int, model: str | None
 
     from skillgate_lib.env import regimes
     from skillgate_lib.policy import devices
-    from skillgate_lib.policy.models import load_policy
+    from skillgate_lib.policy.models import is_embedded, load_policy
     from skillgate_lib.runs.evaluate import evaluate, load_adapter, summarize
 
     torch.set_num_threads(threads)
@@ -68,10 +68,15 @@ def evaluate_on_test(run_dir: str | Path, regime: str, n: int, model: str | None
     r = regimes.get(regime)
     env = rendered(r.env(), tokenizer, config.get("render", "auto"))
     t0 = time.perf_counter()
-    policy = policy.to(devices.resolve(device))
-    summary = summarize(evaluate(policy, tokenizer, env, n, r.max_new_tokens, temperature=temperature, split="test"),
-                        prefix="test")
-    return {"split": "test", "tasks": n, "regime": regime, "seconds": time.perf_counter() - t0, **summary}
+    dev = devices.resolve(device)
+    policy = policy.to(dev)
+    # the run's own precision (a warm start's: the default for its model)
+    bf16 = devices.resolve_bf16(config.get("bf16"), dev, is_embedded(model or config.get("model", "tiny")))
+    devices.check_bf16(dev, bf16)
+    with devices.autocast(dev, bf16):
+        summary = summarize(evaluate(policy, tokenizer, env, n, r.max_new_tokens, temperature=temperature,
+                                     split="test"), prefix="test")
+    return {"split": "test", "tasks": n, "regime": regime, "bf16": bf16, "seconds": time.perf_counter() - t0, **summary}
 
 
 def _test_eval(run_dir: str, regime: str, n: int, model: str | None, threads: int, device: str = "auto") -> None:

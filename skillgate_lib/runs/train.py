@@ -206,6 +206,8 @@ def setup_training(base, cfg: TrainConfig) -> Trainable:
     The one set-up :func:`train` and the GRPO-step benchmark share, so a benchmarked step is the trained one.
     """
     model = _lora(base, cfg)
+    if cfg.bf16:  # every forward of a bf16 run is under autocast, which would cast these on each call
+        devices.frozen_weights_in_bf16(model)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = optimizers.build(cfg.optimizer, params, cfg.lr)
     ccfg = credit_lib.CreditConfig(selector_coef=cfg.selector_coef, shaping_bonus=cfg.shaping_bonus,
@@ -412,7 +414,8 @@ def _policy_gradient(model, opt, params, batch: dict, cr: credit_lib.Credit, cfg
             kl = ((torch.exp(d) - d - 1) * mask).sum() / mask.sum()
             loss = loss + cfg.kl_coef * kl
         if bc_loss is not None:
-            loss = loss + cr.bc_coef * bc_loss()
+            with devices.autocast(device, cfg.bf16):
+                loss = loss + cr.bc_coef * bc_loss()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -487,7 +490,8 @@ def sft_step(model, tokenizer, env: SkillSlateEnv, opt, params, cfg: TrainConfig
     tasks = env.sample_tasks(cfg.prompts_per_step * cfg.group_size, split="train", seed=stream_seed(cfg.seed, step, 2))
     pairs = [(t, env.slate(t, seed=stream_seed(cfg.seed, step, 3, k))) for k, t in enumerate(tasks)]
     model.train()
-    loss = selection_ce(model, tokenizer, env, pairs, whole_call=True)
+    with devices.autocast(next(model.parameters()).device, cfg.bf16):
+        loss = selection_ce(model, tokenizer, env, pairs, whole_call=True)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     grad_norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -578,8 +582,9 @@ class TrainingRun:
     def evaluate(self) -> list[Episode]:
         """The held-out trials of a periodic evaluation of the policy as it is now."""
         cfg = self.cfg
-        return evaluate(self.model, self.tokenizer, self.eval_env, cfg.eval_tasks, cfg.max_new_tokens,
-                        temperature=cfg.temperature, split=cfg.eval_split)
+        with devices.autocast(next(self.model.parameters()).device, cfg.bf16):  # as the policy samples in training
+            return evaluate(self.model, self.tokenizer, self.eval_env, cfg.eval_tasks, cfg.max_new_tokens,
+                            temperature=cfg.temperature, split=cfg.eval_split)
 
     def log_eval(self, step: int, episodes: list[Episode]) -> dict:
         """Write an evaluation's trajectories and metrics row after ``step`` steps; returns the row.
