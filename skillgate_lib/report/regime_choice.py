@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 from pathlib import Path
 
 import pandas as pd
@@ -87,8 +88,10 @@ def main(argv: list[str] | None = None) -> int:
         print(text)
     else:
         rule = "\n\n".join(__doc__.split("\n\n")[1:3])  # the rule, as the module states it
+        title = "" if args.title == p.get_default("title") else f" --title {shlex.quote(args.title)}"
         args.write.write_text(f"# {args.title}\n\nWritten by `python -m skillgate_lib.report.regime_choice --probes "
-                              f"{' '.join(args.probes)} --write {args.write}` from the committed probe summaries.\n\n"
+                              f"{' '.join(args.probes)}{title} --write {args.write}` from the committed probe "
+                              "summaries.\n\n"
                               f"{rule}\n\n{text}\n")
         print(f"wrote {args.write}: {chosen or 'none chosen'}")
     return 0
