@@ -312,6 +312,16 @@ def _warmstart_readme(model_dir: Path) -> str:
     return readme_text(model_dir, title=False)
 
 
+def _smollm2_choice(probes_dir: Path) -> str:
+    """SmolLM2's regime, chosen from its committed probes by the plan's rule (:mod:`skillgate_lib.report.regime_choice`)."""
+    from skillgate_lib.report import regime_choice
+
+    found = sorted(probes_dir.glob("smollm2-*.json"))
+    if not found:
+        return "No SmolLM2 probe is committed yet."
+    return regime_choice.report(*regime_choice.judge(regime_choice.load(found)))
+
+
 def generated_blocks(figures_dir: Path = paths.FIGURES_DIR, data_dir: Path = paths.DATA_DIR) -> dict:
     """Every generated block by name: a function of no argument that returns its Markdown."""
     from skillgate_lib.report import gradients as gradient_report
@@ -337,6 +347,7 @@ def generated_blocks(figures_dir: Path = paths.FIGURES_DIR, data_dir: Path = pat
         "rate_summary": lambda: _rates(data_dir)[2],
         "rate_lookahead": lambda: _lookahead(data_dir),
         "smollm2_warmstart": lambda: _warmstart_readme(data_dir / "models" / "smollm2-sft"),
+        "smollm2_choice": lambda: _smollm2_choice(diagnosis / "probes"),
         "diagnosis_paper": lambda: diagnosis_table(diagnosis / "summary.csv", DIAGNOSIS_CONDITIONS),
         **{f"diagnosis_{d.replace('-', '_')}": (lambda d=d: diagnosis_table(diagnosis / d / "summary.csv"))
            for d in ("read-stop", *DIAGNOSED)},

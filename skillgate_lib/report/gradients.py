@@ -59,11 +59,12 @@ def probes_table(data_dir: Path) -> str:
     rows = []
     for path in sorted((data_dir / "runs" / "diagnosis" / "probes").glob("*.json")):
         r = json.loads(path.read_text())
-        knobs = f"failure {r['step_failure']:g}, agreement {r['lookalike_agreement']:g}, note {r['step_note']}, echo {r['step_echo']}"
+        knobs = (f"failure {r['step_failure']:g}, agreement {r['lookalike_agreement']:g}, note {r['step_note']}, "
+                 f"echo {r['step_echo']}, H {min(r['horizons'])}-{max(r['horizons'])}")
         rows.append([f"`{path.stem}`", f"`{r['model']}`", knobs, f"{100 * r['success']:.1f} %", f"{100 * r['oracle_read']:.1f} %",
                      f"{100 * r['share_median_short']:.2f} % -> {100 * r['share_median_long']:.2f} % ({r['dilution']:.1f}x)",
                      f"{100 * r['gshare_median_short']:.2f} % -> {100 * r['gshare_median_long']:.2f} % ({r['grad_dilution']:.1f}x)",
                      f"{100 * r['sign_wrong_short']:.1f} % -> {100 * r['sign_wrong_long']:.1f} %",
                      interval_pp(100 * r["value"], 100 * r["value_lo"], 100 * r["value_hi"])])
-    return markdown_table(["probe", "warm start", "knobs", "success", "oracle-read", "Share, H = 1 -> 8",
-                      "Gradient Share, H = 1 -> 8", "wrong-signed reads", "Value pp [95 % CI]"], rows, "lllrrrrrr")
+    return markdown_table(["probe", "warm start", "knobs", "success", "oracle-read", "Share, shortest -> longest H",
+                      "Gradient Share, shortest -> longest H", "wrong-signed reads", "Value pp [95 % CI]"], rows, "lllrrrrrr")
