@@ -319,7 +319,7 @@ def _smollm2_choice(probes_dir: Path) -> str:
     found = sorted(probes_dir.glob("smollm2-*.json"))
     if not found:
         return "No SmolLM2 probe is committed yet."
-    return regime_choice.report(*regime_choice.judge(regime_choice.load(found)))
+    return regime_choice.choice_markdown(*regime_choice.judge(regime_choice.load(found)))
 
 
 def generated_blocks(figures_dir: Path = paths.FIGURES_DIR, data_dir: Path = paths.DATA_DIR) -> dict:

@@ -59,7 +59,7 @@ def judge(probes: pd.DataFrame) -> tuple[str | None, pd.DataFrame]:
     return chosen, t
 
 
-def report(chosen: str | None, table: pd.DataFrame) -> str:
+def choice_markdown(chosen: str | None, table: pd.DataFrame) -> str:
     """The choice in words and its table (markdown)."""
     def yes(b: bool) -> str:
         return "yes" if b else "no"
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--title", default="Regime choice", help="the written file's heading")
     args = p.parse_args(argv)
     chosen, table = judge(load(args.probes))
-    text = report(chosen, table)
+    text = choice_markdown(chosen, table)
     if args.write is None:
         print(text)
     else:
