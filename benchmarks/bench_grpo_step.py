@@ -206,18 +206,6 @@ def matmul_peak_gflops(threads: int, n: int = 2048, repeats: int = 7, dtype: tor
     return 2 * n**3 / statistics.median(times) / 1e9
 
 
-class _ChatReward:
-    """TRL reward for the chat rendering: the environment's own verifier on the completion as written."""
-
-    __name__ = "env_reward"
-
-    def __init__(self, env, episodes: dict):
-        self.env, self.episodes = env, episodes
-
-    def __call__(self, prompts, completions, task_id, **_) -> list[float]:
-        return [float(self.env.score(*self.episodes[t], c).reward) for c, t in zip(completions, task_id)]
-
-
 def _trl_dataset(env, train_cfg: train.TrainConfig, n_steps: int):
     """The kit's prompts of steps 0..n_steps-1 in order, as a TRL dataset, and the env reward over them."""
     from datasets import Dataset
@@ -230,8 +218,7 @@ def _trl_dataset(env, train_cfg: train.TrainConfig, n_steps: int):
             key = f"step{step}-prompt{g}"  # a task can recur with another slate: key by position
             episodes[key] = (task, slate)
             rows.append({"prompt": env.prompt(task, slate), "task_id": key})
-    reward = _ChatReward(env, episodes) if hasattr(env, "to_words") else EnvReward(env, episodes)
-    return Dataset.from_list(rows), reward
+    return Dataset.from_list(rows), EnvReward(env, episodes)  # on the chat rendering: the decoded completion ids
 
 
 def run_trl(base, tokenizer, env, train_cfg: train.TrainConfig, n_steps: int, workdir: str, between=None) -> dict:

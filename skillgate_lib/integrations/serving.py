@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from skillgate_lib.env.chat import ChatEnv
 from skillgate_lib.env.episode import READ_CLOSE, READ_OPEN
 
 
@@ -23,7 +24,7 @@ def serve_read(env: Any, task: Any, slate: Any, calls: Sequence[str]) -> str:
     <skillgate_lib.integrations.skill_keys.SkillIndex.canonical_words>`). ``""`` when the words
     hold a read tag themselves (no reply; the verifier refuses such an episode).
     """
-    if hasattr(env, "body"):  # the chat rendering (skillgate_lib.env.chat.ChatEnv): the tool turn's content
+    if isinstance(env, ChatEnv):  # the tool turn's content
         words = calls[-1].split() if calls else []
         if READ_OPEN in words or READ_CLOSE in words:
             return ""

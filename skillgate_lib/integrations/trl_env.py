@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from skillgate_lib.env.chat import ChatEnv
 from skillgate_lib.env.episode import READ_CLOSE, READ_OPEN
 from skillgate_lib.env.names import display_name
 from skillgate_lib.integrations.deps import import_engine
@@ -119,7 +120,7 @@ class EnvReward:
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], task_id: Sequence[str],
                  completion_ids: Sequence[Sequence[int]] | None = None, **_: Any) -> list[float]:
-        chat = hasattr(self.env, "to_words")  # the chat rendering judges the text as the kit's rollout decodes it
+        chat = isinstance(self.env, ChatEnv)  # the chat rendering judges the text as the kit's rollout decodes it
         if chat and completion_ids is None:
             raise ValueError("EnvReward on the chat rendering needs the completions' token ids (TRL passes "
                              "completion_ids); it judges them decoded as the kit's rollout decodes its own")
@@ -156,7 +157,7 @@ def env_dataset(env: Any, n_tasks: int, seed: int = 0, tools: bool = False):
         slate = env.slate(task, seed=seed)
         tid = str(task.task_id)
         episodes[tid] = (task, slate)
-        if tools and hasattr(env, "messages"):  # the chat rendering: its system and user turns, for the template
+        if tools and isinstance(env, ChatEnv):  # its system and user turns, for the model's chat template
             prompt = env.messages(task, slate)
         else:
             prompt = [{"role": "user", "content": env.prompt(task, slate)}] if tools else env.prompt(task, slate)
