@@ -99,6 +99,10 @@ REGIMES: dict[str, Regime] = {
                note="paper_note8 with long episodes only (H = 6..8; failure 0.15, as paper_echo_h68, so that enough "
                     "groups are mixed): the name's share of the trajectory and of the update at its lowest of the note "
                     "regimes, chosen to move the dose for the lookahead's preregistered test (--model tiny-note8)"),
+        Regime("paper_f30", step_failure=0.3, lookalike_agreement=0.3,
+               note="paper with 30 % per-step failure: the regime chosen for the pretrained warm start "
+                    "(--model smollm2-sft, the chat rendering) from its probes by a rule fixed before them "
+                    "(data/runs/diagnosis/probes/smollm2-choice.md)"),
         Regime("paper_echo_h68", step_failure=0.15, lookalike_agreement=0.3, horizons=(6, 7, 8), step_echo=4,
                max_new_tokens=448,
                note="paper_echo with long episodes only (H = 6..8), for --model tiny-echo-one: whether the "

@@ -168,11 +168,19 @@ def ratio_interval(num: np.ndarray, den: np.ndarray, seed: int = 0, n_boot: int 
 
 
 def _probes(root: Path) -> dict[tuple[str, str], dict]:
-    out = {}
+    """Probe summaries by (regime, model); a probe of a preset's knobs set by hand (``paper+custom``) is also found
+    under that preset's name."""
+    from skillgate_lib.env import regimes
+
+    out, by_knobs = {}, {}
     for p in sorted(root.glob("*.json")):
         d = json.loads(p.read_text())
         out.setdefault((d["regime"], d["model"]), d)
-    return out
+        knobs = {k: (tuple(d[k]) if isinstance(d.get(k), list) else d.get(k)) for k in regimes.get("paper").knobs()}
+        for name, r in regimes.REGIMES.items():
+            if r.knobs() == knobs:
+                by_knobs.setdefault((name, d["model"]), d)
+    return {**by_knobs, **out}  # a probe run under the preset's own name comes first
 
 
 def _summed_shares(path: Path) -> dict[tuple[str, str], float]:

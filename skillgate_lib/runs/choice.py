@@ -22,7 +22,6 @@ import numpy as np
 import torch
 
 from skillgate_lib.env import SkillSlateEnv, token_spans
-from skillgate_lib.policy.batching import pack, response_logprobs
 from skillgate_lib.policy.rollout import Episode
 
 
@@ -44,9 +43,75 @@ def call_episode(env, tokenizer, prompt_ids: list[int], task, slate, group: int,
     return Episode(task, slate, group, prompt_ids, response_ids=list(ids), policy_mask=mask)
 
 
+def scored_suffix(episode: Episode) -> Episode:
+    """``episode`` with its unscored response head (a call's opener) moved into the prompt: the rows of one prompt
+    then share everything up to the first scored token, which runs once per distinct prefix
+    (:func:`~skillgate_lib.policy.batching.response_logits`), and only the scored tokens pass the vocabulary
+    head. The scored tokens' log-probabilities are those of the whole episode (same context), up to rounding."""
+    mask = list(episode.policy_mask)
+    if not any(mask):
+        raise ValueError("the episode scores no token")
+    first = mask.index(True)
+    return Episode(episode.task, episode.slate, episode.group, list(episode.prompt_ids) + list(episode.response_ids[:first]),
+                   response_ids=list(episode.response_ids[first:]), policy_mask=mask[first:])
+
+
+def tree_scores(model, rows: list[Episode], pad: int) -> torch.Tensor:
+    """The summed log-probability of each row's response (all of it scored), rows that share a prompt run as one
+    sequence: the prompt once, then every row's response after it, each attending to the prompt and to itself
+    only (a tree attention mask, positions restarting after the prompt for each response). The same numbers as
+    one forward a row, up to rounding, for the cost of one prompt and its responses: no key/value cache is
+    copied per row. Returns a (len(rows),) float32 tensor."""
+    device = next(model.parameters()).device
+    trees: dict[tuple[int, ...], list[int]] = {}
+    for i, r in enumerate(rows):
+        if not all(r.policy_mask):
+            raise ValueError("tree_scores scores whole responses: move the unscored head into the prompt (scored_suffix)")
+        trees.setdefault(tuple(r.prompt_ids), []).append(i)
+    P = max(len(k) for k in trees)
+    W = max(sum(len(rows[i].response_ids) for i in members) for members in trees.values())
+    B, L = len(trees), P + W
+    ids = torch.full((B, L), pad, dtype=torch.long)
+    pos = torch.zeros((B, L), dtype=torch.long)
+    keep = torch.zeros((B, L, L), dtype=torch.bool)
+    where = []  # (row index, tree, columns whose logits predict its tokens, its tokens)
+    for b, (prefix, members) in enumerate(trees.items()):
+        p = len(prefix)
+        ids[b, P - p: P] = torch.tensor(prefix)
+        pos[b, P - p: P] = torch.arange(p)
+        keep[b, P - p: P, P - p: P] = torch.tril(torch.ones(p, p, dtype=torch.bool))
+        at = P
+        for i in members:
+            resp = rows[i].response_ids
+            n = len(resp)
+            ids[b, at: at + n] = torch.tensor(resp)
+            pos[b, at: at + n] = torch.arange(p, p + n)
+            keep[b, at: at + n, P - p: P] = True
+            keep[b, at: at + n, at: at + n] = torch.tril(torch.ones(n, n, dtype=torch.bool))
+            where.append((i, b, [P - 1] + list(range(at, at + n - 1)), resp))
+            at += n
+    idle = ~keep.any(-1)  # padding columns: attend to themselves (no empty softmax)
+    keep[idle.nonzero(as_tuple=True) + (idle.nonzero(as_tuple=True)[1],)] = True
+    if getattr(model.config, "_attn_implementation", "sdpa") == "eager":
+        mask = torch.zeros((B, 1, L, L)).masked_fill(~keep[:, None], torch.finfo(torch.float32).min)
+    else:
+        mask = keep[:, None]
+    logits = model(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=pos.to(device),
+                   logits_to_keep=W + 1).logits.float()  # columns P-1 .. L-1
+    logp = torch.log_softmax(logits, -1)
+    out = torch.zeros(len(rows))
+    for i, b, cols, resp in where:
+        c = torch.tensor(cols, device=logp.device) - (P - 1)
+        out[i] = logp[b, c, torch.tensor(resp, device=logp.device)].sum().cpu()
+    return out
+
+
 @torch.no_grad()
-def oracle_choice(model, tokenizer, env: SkillSlateEnv, pairs: list[tuple], batch: int = 32) -> np.ndarray:
-    """P(oracle | slate) (module docstring) after each ``(task, slate)`` prompt of ``pairs``, as an array."""
+def oracle_choice(model, tokenizer, env: SkillSlateEnv, pairs: list[tuple], batch: int = 4) -> np.ndarray:
+    """P(oracle | slate) (module docstring) after each ``(task, slate)`` prompt of ``pairs``, as an array.
+
+    ``batch`` prompts run in one forward, each as one row holding its prompt, the call's opener and every slate
+    name after them (:func:`tree_scores`)."""
     was_training = model.training
     model.eval()
     out = []
@@ -57,11 +122,10 @@ def oracle_choice(model, tokenizer, env: SkillSlateEnv, pairs: list[tuple], batc
                 if slate.oracle not in slate.names:
                     raise ValueError(f"the slate of task {g + start} does not hold its oracle {slate.oracle!r}")
                 prompt = tokenizer(env.prompt(task, slate), add_special_tokens=False)["input_ids"]
-                rows += [call_episode(env, tokenizer, prompt, task, slate, g, n, "name+close") for n in slate.names]
+                rows += [scored_suffix(call_episode(env, tokenizer, prompt, task, slate, g, n, "name+close"))
+                         for n in slate.names]
                 sizes.append(len(slate.names))
-            packed = pack(rows, tokenizer.pad_token_id)
-            logp = response_logprobs(model, packed)
-            scores = (logp * packed["response_mask"].to(logp.device)).sum(1).double().cpu()
+            scores = tree_scores(model, rows, tokenizer.pad_token_id).double().cpu()
             at = 0
             for (task, slate), k in zip(pairs[start: start + batch], sizes):
                 s = scores[at: at + k]

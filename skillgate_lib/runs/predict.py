@@ -17,8 +17,8 @@ on-policy lookahead by the same leave-one-out (docs/results.md, the lookahead bl
 AdamW studies it predicts worse, so the on-policy lookahead stays the predictor and the default.
 
 The step size is fixed before any run by one rule: both arms at the middle of the rate study's
-initial grid for the optimizer (AdamW 3e-3, SGD 10, normalised SGD 0.18), unless ``--lr`` says
-otherwise; the rate study then searches each arm's own step size, which the prediction does not
+initial grid for the optimizer (AdamW 3e-3, SGD 10, normalised SGD 0.18; SmolLM2's AdamW 3e-4, from its own
+grid in :data:`~skillgate_lib.runs.speed.MODEL_GRIDS`), unless ``--lr`` says otherwise; the rate study then searches each arm's own step size, which the prediction does not
 know.
 
 Resumable: the output JSON is rewritten (atomically) after each run, and a rerun with the same
@@ -149,8 +149,11 @@ def _base(cfg: PredictConfig):
     return base, tokenizer
 
 
-def lookahead_run(base, tokenizer, cfg: PredictConfig, arm: str, seed: int, pairs: list, progress=None) -> dict:
-    """One arm on one seed: K GRPO steps from fresh LoRA on a copy of ``base``, the choice on ``pairs`` after each."""
+def lookahead_run(base, tokenizer, cfg: PredictConfig, arm: str, seed: int, pairs: list, progress=None,
+                  start: float | None = None) -> dict:
+    """One arm on one seed: K GRPO steps from fresh LoRA on a copy of ``base``, the choice on ``pairs`` after each.
+    ``start``: the warm start's choice on ``pairs`` where already measured (fresh LoRA adds nothing, so every run
+    starts there); measured here otherwise."""
     import torch
 
     from skillgate_lib.policy import devices
@@ -166,8 +169,10 @@ def lookahead_run(base, tokenizer, cfg: PredictConfig, arm: str, seed: int, pair
     model, params, opt, ccfg, values = setup_training(copy.deepcopy(base).to(device), tcfg)
     env, eval_env = make_env(tcfg, tokenizer=tokenizer), make_env(tcfg, False, tokenizer)
     t0 = time.perf_counter()
-    with devices.autocast(device, tcfg.bf16):
-        choice = [float(np.mean(oracle_choice(model, tokenizer, eval_env, pairs)))]
+    if start is None:
+        with devices.autocast(device, tcfg.bf16):
+            start = float(np.mean(oracle_choice(model, tokenizer, eval_env, pairs)))
+    choice = [start]
     kept, updated = [], []
     for step in range(cfg.steps):
         _, _, _, row, _ = grpo_step(model, tokenizer, env, opt, params, tcfg, ccfg, step, values)
@@ -275,6 +280,7 @@ def predict(cfg: PredictConfig, out: str | Path, command: str = "", progress: bo
     base, tokenizer = _base(cfg)
     pairs = heldout_pairs(make_env(cfg.train_config(ARMS[0], 0), train=False), cfg.eval_tasks, "val")  # tasks, slates
     t0 = time.perf_counter()
+    start = record["runs"][0]["choice"][0] if record["runs"] else None  # the warm start's, shared by every run
     with tqdm(total=len(todo) * cfg.steps, desc=f"lookahead {cfg.study or cfg.regime}", disable=not progress) as bar:
         for arm, seed in todo:
             if cfg.rollouts == "shared":
@@ -283,7 +289,8 @@ def predict(cfg: PredictConfig, out: str | Path, command: str = "", progress: bo
                 record["runs"] = [r for r in record["runs"] if r["seed"] != seed]
                 record["runs"] += shared_runs(base, tokenizer, cfg, seed, pairs, bar)
             else:
-                record["runs"].append(lookahead_run(base, tokenizer, cfg, arm, seed, pairs, bar))
+                record["runs"].append(lookahead_run(base, tokenizer, cfg, arm, seed, pairs, bar, start))
+                start = record["runs"][-1]["choice"][0]
             record["runs"].sort(key=lambda r: (r["seed"], ARMS.index(r["arm"])))
             record["ratios"] = ratios(record["runs"], cfg.steps)
             _write(out, record)
