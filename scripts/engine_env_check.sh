@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The kit and verl 0.9.x in one fresh virtual environment, resolved by pip with every dependency
-# (no --no-deps): `pip install -e ".[scale]" "verl>=0.9.1,<0.10"`, then `pip check` and the kit's verl
-# tests in it: the kit's transformers range (>=5.5.3) and verl 0.9.x's (<5.11) must meet
+# (no --no-deps): `pip install -e ".[scale]" "verl[verl-core]>=0.9.1,<0.10"`, then `pip check`, the kit's verl
+# tests and the launch script's dry run in it: the kit's transformers range (>=5.5.3) and verl 0.9.x's (<5.11) must meet
 # (docs/integrations.md, "Versions").
 #
 # Usage: bash scripts/engine_env_check.sh [KIT_DIR [VENV_DIR]]
@@ -23,7 +23,7 @@ rm -rf "$VENV"
 "$PY" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip
 "$VENV/bin/python" -m pip install -q "${TORCH:-torch==2.13.0}"
-"$VENV/bin/python" -m pip install -q -e "$KIT[scale]" "verl>=0.9.1,<0.10" pytest
+"$VENV/bin/python" -m pip install -q -e "$KIT[scale]" "verl[verl-core]>=0.9.1,<0.10" pytest
 
 status=0
 echo "== pip check"
@@ -32,5 +32,11 @@ echo "== versions"
 "$VENV/bin/python" -m pip list 2>/dev/null | grep -i -E "^(verl|transformers|trl|torch|ray|tensordict|peft|accelerate|datasets|hydra-core|vllm) " || true
 echo "== the kit's verl tests"
 (cd "$KIT" && OMP_NUM_THREADS=1 "$VENV/bin/python" -m pytest -q -p no:cacheprovider \
-  tests/test_verl_integration.py tests/test_integration_install_hints.py) || status=1
+  tests/test_verl_integration.py tests/test_integration_install_hints.py tests/test_verl_dry_run.py) || status=1
+echo "== the launch's dry run (examples/verl/skillgate_grpo.sh with DRY_RUN=1, the embedded tiny model)"
+DATA=$(mktemp -d)
+"$VENV/bin/python" "$KIT/examples/verl/make_data.py" --regime paper --out "$DATA" --n-train 16 --n-val 4 >/dev/null
+(cd "$DATA" && PATH="$VENV/bin:$PATH" DRY_RUN=1 bash "$KIT/examples/verl/skillgate_grpo.sh" "$KIT/data/models/tiny-sft" \
+  "$DATA/train.parquet" "$DATA/val.parquet" | grep -E "^(ok|FAIL|skip) |^dry run") || status=1
+rm -rf "$DATA"
 exit $status

@@ -12,6 +12,9 @@
 #                skillgate.selector_coef, which skillgate_lib.integrations.verl_runner exports to every
 #                Ray worker (SKILLGATE_SELECTOR_COEF) and the worker hook applies
 #   ESTIMATOR    skillgate (default) or skillgate_utility (the utility baseline)
+#   DRY_RUN=1    check the launch without Ray or GPUs and start nothing: verl's config with every
+#                override, the registries, verl's validation, the data, the reward, the tool and,
+#                for a local MODEL, the prompt's length (skillgate_lib/integrations/verl_dry_run.py)
 #
 # The kit's knobs: 8 rollouts per prompt, slate of 16 candidates (1/5/5/5) in the data,
 # lambda = $LAMBDA, lr 1e-6, KL 3e-5, and the kit's dynamic sampling: groups whose rewards all
@@ -41,7 +44,7 @@
 # (actor_rollout_ref.rollout.multi_turn.format=hermes): the model ends its turn after a call, and
 # the reward manager finds those reads as well.
 #
-# Not run here (no Ray, no GPU): what ran is listed in docs/integrations.md.
+# Not run here past its dry run (no GPU, no vLLM): what ran is listed in docs/integrations.md.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -58,7 +61,7 @@ if [ -e "$MODEL" ]; then MODEL=$(absolute "$MODEL"); fi  # a local checkpoint; a
 SCORE=$(python -c "import skillgate_lib.integrations.verl_data as m; print(m.__file__)")
 TEMPLATE=$(python -c "from skillgate_lib.integrations.verl_runner import chat_template_override as f; print(f())")
 
-python -m skillgate_lib.integrations.verl_runner \
+python -m skillgate_lib.integrations.verl_runner ${DRY_RUN:+--dry-run} \
   skillgate.selector_coef="${LAMBDA:-0.2}" \
   algorithm.adv_estimator="${ESTIMATOR:-skillgate}" \
   algorithm.norm_adv_by_std_in_grpo=true \
@@ -89,6 +92,9 @@ python -m skillgate_lib.integrations.verl_runner \
   actor_rollout_ref.model.target_modules=all-linear \
   actor_rollout_ref.actor.optim.lr=1e-6 \
   actor_rollout_ref.actor.ppo_mini_batch_size=32 \
+  actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4 \
+  actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8 \
+  actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8 \
   actor_rollout_ref.actor.loss_agg_mode=token-mean \
   actor_rollout_ref.actor.use_kl_loss=true \
   actor_rollout_ref.actor.kl_loss_coef=3e-5 \

@@ -28,8 +28,10 @@ What runs where. The tests run, on verl 0.9.1's own classes and data structures 
 (verl's package imports Ray; the tests put a stand-in module in its place): the estimators
 through verl's registry, :func:`setup_worker` (with the trainer's registration left out), the
 reward manager's ``run_single`` on a ``DataProto``, :func:`read_annotations`, the read tool and
-the tool parser. The trainer subclass needs TransferQueue, which needs Ray, and
-:func:`main` needs Ray, a rollout engine and GPUs: neither has run here.
+the tool parser. ``--dry-run`` (:mod:`skillgate_lib.integrations.verl_dry_run`) checks the launch up to Ray:
+verl's config with every override, the registries (the trainer subclass included, where TransferQueue
+imports), verl's validation, the data, reward and tool. Training itself needs Ray, a rollout engine and
+GPUs: it has not run here.
 """
 
 from __future__ import annotations
@@ -170,8 +172,21 @@ def runner_argv(argv: Sequence[str], environ: dict[str, str] | None = None) -> l
 
 
 def main(argv: list[str] | None = None) -> None:
-    """verl's ``main_ppo`` with :func:`setup_worker` in the driver and as every worker's setup hook."""
-    argv = runner_argv(list(sys.argv[1:] if argv is None else argv))
+    """verl's ``main_ppo`` with :func:`setup_worker` in the driver and as every worker's setup hook; with
+    ``--dry-run`` first, the checks of :mod:`skillgate_lib.integrations.verl_dry_run` instead (exit 1 on a failure)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--dry-run" in argv:
+        from skillgate_lib.integrations.verl_dry_run import dry_run, dry_run_table
+
+        checks = dry_run([a for a in argv if a != "--dry-run"])
+        print(dry_run_table(checks))
+        failed = [c.name for c in checks if c.ok is False]
+        skipped = [c.name for c in checks if c.ok is None]
+        print(f"dry run: {len(checks) - len(failed) - len(skipped)} of {len(checks)} steps passed"
+              + (f", skipped: {', '.join(skipped)}" if skipped else "")
+              + (f"; FAILED: {', '.join(failed)}" if failed else "; Ray's workers and the GPUs are never checked"))
+        raise SystemExit(1 if failed else 0)
+    argv = runner_argv(argv)
     try:
         from verl.trainer import main_ppo
     except ModuleNotFoundError as err:
