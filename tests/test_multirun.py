@@ -153,3 +153,59 @@ def test_runs_that_cannot_share_a_batch_are_refused(tmp_path):
         multirun.train_together([cfgs[0], cfgs[0]])
     with pytest.raises(ValueError, match="resume flags"):
         multirun.train_together(cfgs[:1], resume=[True, False])
+
+
+def _gqa_policies(n: int):
+    """``n`` LoRA-wrapped copies of a random Llama with grouped key/value heads (4 query heads, 2 key/value heads,
+    SmolLM2's layout), each with its own random adapter."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    base = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2, attn_implementation="eager",
+                                        pad_token_id=0)).eval()
+    models = []
+    for k in range(n):
+        model = get_peft_model(copy.deepcopy(base), LoraConfig(r=4, lora_alpha=8, target_modules=[
+            "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])).eval()
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(0, 0.2, generator=torch.Generator().manual_seed(k))
+        models.append(model)
+    return models
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_grouped_key_value_heads_batch_with_each_runs_adapter(bf16):
+    """GQA (and bf16 autocast, as a pretrained model's runs train): prefill and decode logits of three runs in one batch
+    equal each run's own lean logits up to rounding."""
+    from skillgate_lib.policy import devices
+
+    if bf16 and not devices.bf16_pays(torch.device("cpu")):
+        pytest.skip("this CPU has no native bf16")
+    models = _gqa_policies(3)
+    g = torch.Generator().manual_seed(1)
+    rows = [torch.randint(1, 64, (n,), generator=g).tolist() for n in (9, 5, 7, 7, 4, 8)]
+    runs = torch.tensor([0, 0, 1, 1, 2, 2])
+    ids, attn, pos = _left_pad(rows, 0)
+    chunk = torch.tensor([[5, 6, 7], [8, 0, 0]] * 3)
+    chunk_attn = (chunk != 0).long()
+    tol = 2e-2 if bf16 else 1e-4  # bf16: the merged adapter rounds once more than the stacked one
+    with torch.inference_mode(), devices.autocast(torch.device("cpu"), bf16):
+        multi = MultiLlama(models, runs, room=8)
+        got = [multi.prefill(ids, attn, pos)]
+        got.append(multi.step(chunk, chunk_attn, pos[:, -1:] + 1 + torch.arange(3), chunk_attn.sum(1)))
+        want = [torch.empty_like(t) for t in got]
+        for k, model in enumerate(models):
+            mine = runs == k
+            with merged_lora(model) as policy:
+                lean = LeanLlama(policy, room=8)
+                want[0][mine] = lean.prefill(ids[mine], attn[mine], pos[mine])
+                want[1][mine] = lean.step(chunk[mine], chunk_attn[mine], pos[mine, -1:] + 1 + torch.arange(3),
+                                          chunk_attn[mine].sum(1))
+    for t, w in zip(got, want):
+        torch.testing.assert_close(t, w, rtol=tol, atol=tol)
+    assert multi.keys[0].shape[1] == 2 and multi.keys[0].dtype == (torch.bfloat16 if bf16 else torch.float32)
+    assert not torch.equal(want[1][0], want[1][2])

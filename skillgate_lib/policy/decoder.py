@@ -445,6 +445,12 @@ class MultiLlama(LeanLlama):
     and to each row's own response columns apart; and attention is computed as eager Llama
     computes it (scores, softmax in float32, weighted values), with the masks' hidden entries at
     the dtype's minimum. So the logits equal the model's own up to rounding, not bit for bit.
+
+    Grouped key/value heads (GQA, as in SmolLM2) are attended without copying them per query head: a
+    key/value head's group of query heads is stacked as rows of one matmul. Built inside a bf16
+    autocast (``--bf16``), the base weights, the stacked adapters, the head and the caches are bf16
+    (what autocast casts them to in every call) and the residual stream stays float32, as in the
+    model's own forward under the same autocast.
     """
 
     def __init__(self, models: list, runs: torch.Tensor, room: int = 256):
@@ -453,12 +459,9 @@ class MultiLlama(LeanLlama):
         first = models[0]
         with first.disable_adapter() if isinstance(first, PeftModel) else contextlib.nullcontext():
             super().__init__(first, room)
-        if self.groups > 1:
-            raise Unsupported("key/value heads are grouped (GQA): MultiLlama decodes models without GQA only")
-        if self.cache_dtype != self.dtype:
-            raise Unsupported("MultiLlama runs without autocast")
         self.lora, self.cols = _stacked_adapters(models)
-        self.lora = {key: (a.to(self.device), b.to(self.device)) for key, (a, b) in self.lora.items()}
+        self.lora = {key: (a.to(self.device, self.cache_dtype), b.to(self.device, self.cache_dtype))
+                     for key, (a, b) in self.lora.items()}
         self.cols = self.cols.to(self.device)
         self.run_of_prompt = runs.to(self.device)
         self.prompt_keys: list[torch.Tensor] = []
@@ -482,22 +485,22 @@ class MultiLlama(LeanLlama):
         x = F.embedding(ids.to(self.device), self.embed)
         for i, layer in enumerate(self.layers):
             q, k, v = self._qkv(x, i, layer, cos, sin)
-            self.prompt_keys.append(k.contiguous())
-            self.prompt_values.append(v.contiguous())
-            out = self._softmax(torch.matmul(q, k.transpose(2, 3)) * self.scaling + mask) @ v
+            self.prompt_keys.append(k.to(self.cache_dtype).contiguous())
+            self.prompt_values.append(v.to(self.cache_dtype).contiguous())
+            out = self._grouped(self._softmax(self._grouped(q, k.transpose(2, 3)) * self.scaling + mask), v)
             x = x + self._project(out.transpose(1, 2).reshape(rows, width, -1), i, "o_proj", layer.o)
             x = x + self._mlp(x, i, layer)
         # the response cache starts empty, one row per prompt
-        shape = (rows, self.heads, self.room, self.head_dim)
-        self.keys = [torch.empty(shape, device=self.device, dtype=self.dtype) for _ in self.layers]
-        self.values = [torch.empty(shape, device=self.device, dtype=self.dtype) for _ in self.layers]
+        shape = (rows, self.kv_heads, self.room, self.head_dim)
+        self.keys = [torch.empty(shape, device=self.device, dtype=self.cache_dtype) for _ in self.layers]
+        self.values = [torch.empty(shape, device=self.device, dtype=self.cache_dtype) for _ in self.layers]
         self.padding = torch.zeros(rows, self.room, dtype=torch.bool, device=self.device)
         self.used = 0
         return F.linear(_rms_norm(x[:, -1], self.norm, self.norm_eps), self.lm_head).float()
 
     def _qkv(self, x: torch.Tensor, i: int, layer, cos: torch.Tensor, sin: torch.Tensor):
         """Layer ``i``'s queries, keys and values of ``x`` (rows, width, hidden), each row with its run's weights;
-        queries and keys rotated. Each is (rows, heads, width, head_dim)."""
+        queries and keys rotated. Queries are (rows, heads, width, head_dim), keys and values (rows, kv_heads, ...)."""
         rows, width = x.shape[:2]
         h = _rms_norm(x, layer.input_norm, layer.input_eps)
         q, k, v = (self._project(h, i, name, w).view(rows, width, -1, self.head_dim).transpose(1, 2)
@@ -532,12 +535,13 @@ class MultiLlama(LeanLlama):
             self.keys[i][:, :, start:end] = k
             self.values[i][:, :, start:end] = v
             keys, values = self.keys[i][:, :, :end], self.values[i][:, :, :end]
-            prompt = self._from_slots(torch.matmul(self._to_slots(q), self.prompt_keys[i].transpose(2, 3))
+            prompt = self._from_slots(self._grouped(self._to_slots(q), self.prompt_keys[i].transpose(2, 3))
                                       * self.scaling + self.prompt_mask)
-            weights = self._softmax(torch.cat([prompt, torch.matmul(q, keys.transpose(2, 3)) * self.scaling + own_mask], -1))
+            own = self._grouped(q, keys.transpose(2, 3)) * self.scaling + own_mask
+            weights = self._softmax(torch.cat([prompt, own], -1))
             p = prompt.shape[-1]
-            out = self._from_slots(torch.matmul(self._to_slots(weights[..., :p]), self.prompt_values[i]))
-            out = out + torch.matmul(weights[..., p:], values)
+            out = self._from_slots(self._grouped(self._to_slots(weights[..., :p]), self.prompt_values[i]))
+            out = out + self._grouped(weights[..., p:], values)
             x = x + self._project(out.transpose(1, 2).reshape(rows, width, -1), i, "o_proj", layer.o)
             x = x + self._mlp(x, i, layer)
         at = (lengths.to(self.device) - 1).clamp_min(0)
@@ -558,6 +562,16 @@ class MultiLlama(LeanLlama):
         h = _rms_norm(x, layer.post_norm, layer.post_eps)
         gate, up = self._project(h, i, "gate_proj", layer.gate), self._project(h, i, "up_proj", layer.up)
         return self._project(F.silu(gate) * up, i, "down_proj", layer.down)
+
+    def _grouped(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """``a @ b`` for ``a`` over query heads (N, heads, m, x) and ``b`` over key/value heads (N, kv_heads, x, n):
+        query head ``h`` meets key/value head ``h // groups``, as transformers' ``repeat_kv`` pairs them, with each
+        group's query heads stacked as rows of one matmul instead of the keys and values copied."""
+        if self.groups == 1:
+            return torch.matmul(a, b)
+        n, heads, m, x = a.shape
+        out = torch.matmul(a.reshape(n, self.kv_heads, self.groups * m, x), b)
+        return out.view(n, heads, m, out.shape[-1])
 
     def _softmax(self, scores: torch.Tensor) -> torch.Tensor:
         return F.softmax(scores, dim=-1, dtype=torch.float32).to(self.dtype)
