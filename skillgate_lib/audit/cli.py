@@ -43,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--memory-limit", default="512MB", help="DuckDB memory limit (default 512MB)")
     p.add_argument("--no-figures", action="store_true")
+    p.add_argument("--rescore", metavar="MODEL", help="give a TRL or verl log its gradient weights (Gradient Share): "
+                   "MODEL (the policy that sampled it: an embedded name, smollm2-sft, a Hugging Face id or path) re-reads "
+                   "each rollout's prompt and response, one forward each; its tokenizer is the audit's")
     p.add_argument("--predict", action="store_true", help="after the audit, the lookahead from a kit run's own "
                    "config (its model, regime, lr and rollout shape): python -m skillgate_lib predict --run PATH")
     args = p.parse_args(argv)
@@ -58,6 +61,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.predict and not (args.path / "config.json").exists():  # before the audit: fail fast
         print(f"audit: error: --predict needs a kit run (its config.json); {args.path} has none", flush=True)
         return 2
+    rescore = None
+    if args.rescore:
+        from skillgate_lib.audit.rescore import Rescorer
+
+        try:
+            rescore = Rescorer(args.rescore, threads=args.threads)
+        except (OSError, ValueError, ModuleNotFoundError) as err:
+            print(f"audit: error: --rescore {args.rescore}: {err}", flush=True)
+            return 2
     try:
         result = run_audit(
             args.path, fmt=args.format, tasks=args.tasks, skip_bad=args.skip_bad,
@@ -65,12 +77,17 @@ def main(argv: list[str] | None = None) -> int:
             tokenizer=args.tokenizer, read_patterns=tuple(args.read_pattern or readers.DEFAULT_READ_PATTERNS),
             reward_columns=args.reward_columns.split(",") if args.reward_columns else None,
             success_threshold=args.success_threshold, threads=args.threads, memory_limit=args.memory_limit,
-            alpha=args.alpha)
+            alpha=args.alpha, rescore=rescore)
     except ArtifactError as err:
         hint = isinstance(err, readers.BadInput) and not args.skip_bad
         print(f"audit: error: {err}" + ("\n(--skip-bad skips bad files and rows and counts them by reason)" if hint else ""),
               flush=True)
         return 1
+    if rescore is not None:
+        rescore.close()
+        if rescore.rows == 0:
+            print(f"audit: note: --rescore {args.rescore} scored no rollout: only TRL and verl logs are re-read from "
+                  "their text (a kit run logs its gradient weights itself)", flush=True)
     print(report(result), flush=True)
     if not args.no_figures:
         import matplotlib.pyplot as plt

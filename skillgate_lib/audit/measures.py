@@ -86,15 +86,18 @@ def run_audit(path: str | Path, fmt: str = "auto", tasks: str | Path | readers.T
               tokenizer: Any = None, read_patterns: Sequence[str] = readers.DEFAULT_READ_PATTERNS,
               reward_columns: Sequence[str] | None = None, success_threshold: float = 1.0,
               std_ddof: int = 1, std_eps: float = 1e-4, threads: int = 2, memory_limit: str = "512MB",
-              selector_coef: float = 0.2, alpha: float = ALPHA) -> AuditResult:
+              selector_coef: float = 0.2, alpha: float = ALPHA, rescore: Any = None) -> AuditResult:
     """Audit one log. ``split=None`` audits every split; ``selector_coef`` is the lambda of the predicted
     selector-signal ratio; ``alpha`` the trend test's level (:func:`~skillgate_lib.audit.stats.trend_verdict`);
-    the others mirror the CLI flags."""
+    ``rescore``: a :class:`~skillgate_lib.audit.rescore.Rescorer` that gives a text log its gradient weights (its
+    tokenizer is the audit's unless ``tokenizer`` is given); the others mirror the CLI flags."""
     task_table = readers.TaskTable.load(tasks) if isinstance(tasks, (str, Path)) else tasks
+    if rescore is not None and tokenizer is None:
+        tokenizer = rescore.tokenizer
     opts = readers.ReaderOptions(tokenizer=tokenizer, read_patterns=tuple(read_patterns), tasks=task_table,
                                  reward_columns=tuple(reward_columns) if reward_columns else None,
                                  success_threshold=success_threshold, std_ddof=std_ddof, std_eps=std_eps,
-                                 skip_bad=skip_bad)
+                                 skip_bad=skip_bad, rescorer=rescore)
     with open_log(path, fmt, opts, split, n_bins, threads, memory_limit) as eng:
         return _measures(eng, str(path), n_boot, np.random.default_rng(seed), selector_coef, alpha)
 

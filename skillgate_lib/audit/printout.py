@@ -52,8 +52,8 @@ def categories_note(fmt: str) -> str:
 #: What the report says when a log holds no gradient weights.
 GRADIENT_NOTE = ("no gradient weights (grad_weight_sel / grad_weight_all), so no Gradient Share: kit runs log them from "
                  "the sampling logits, and a run written before they existed gets them by re-running its command "
-                 "(same seed, same rollouts); logs of other engines need the policy's per-token probabilities, "
-                 "which the kit cannot recompute for them yet")
+                 "(same seed, same rollouts); a TRL or verl log gets them with --rescore MODEL (the policy that "
+                 "sampled it, re-reading each rollout's text)")
 
 # Phrases the wrapper never breaks (tests and users search the report for them).
 _KEEP = ("Sign (wrong-signed reads), Value", "task_id and/or prompt, oracle, skills {name: category}",

@@ -45,6 +45,9 @@ class ReaderOptions:
     std_eps: float = 1e-4
     """added to the group std (TRL: 1e-4; verl: 1e-6)."""
     skip_bad: bool = False
+    rescorer: Any = None
+    """``rescorer(prompt, response text) -> g`` per response token in ``tokenizer``'s tokens
+    (:class:`skillgate_lib.audit.rescore.Rescorer`): text rows gain ``grad_weight_sel`` / ``grad_weight_all``."""
 
     def __post_init__(self) -> None:
         for pat in self.read_patterns:
@@ -179,6 +182,14 @@ def text_row(rec: dict, opts: ReaderOptions, tok: Tokenizer, prompt: str = "prom
     success = fields.optional_flag(rec, "success")
     n_tok = len(offsets)
     k = sum(e - s for _, s, e in reads)
+    weights = {}
+    if opts.rescorer is not None:
+        g = np.asarray(opts.rescorer(rec.get(prompt), text), dtype=float)
+        if len(g) != n_tok:
+            raise BadValue(f"field {completion!r}: the rescoring model's tokenizer gives {len(g)} tokens, the audit's "
+                           f"{n_tok}; pass the model's tokenizer (--tokenizer) or leave --tokenizer out")
+        weights = dict(grad_weight_sel=float(sum(g[s:e].sum() for _, s, e in reads)), grad_weight_all=float(g.sum()),
+                       _g=g)
     return dict(
         step=step, split=fields.optional_text(rec, "split") or "train", group_id=group_hash(step, key),
         task_id=meta_field(rec, meta, "task_id", fields.optional_text),
@@ -187,7 +198,7 @@ def text_row(rec: dict, opts: ReaderOptions, tok: Tokenizer, prompt: str = "prom
         response_tokens=n_tok, reward=r, success=r >= opts.success_threshold if success is None else success,
         read_skills=names, read_categories=cats, read_tok_start=[s for _, s, _ in reads],
         read_tok_end=[e for _, _, e in reads], sel_weight=min(1.0, k / n_tok),
-        _adv=np.nan if (adv := fields.optional_number(rec, "advantage")) is None else adv,
+        _adv=np.nan if (adv := fields.optional_number(rec, "advantage")) is None else adv, **weights,
     )
 
 

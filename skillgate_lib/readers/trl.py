@@ -82,6 +82,12 @@ def logged_reads_row(rec: dict, opts: ReaderOptions, tok, reward: str) -> dict:
     row.update(read_skills=[str(n) for n in names], read_categories=[str(c) for c in cats],
                read_tok_start=[int(s) for s in starts], read_tok_end=[int(e) for e in ends], response_tokens=n_tok,
                sel_weight=min(1.0, sum(int(e) - int(s) for s, e in zip(starts, ends)) / n_tok))
+    if "_g" in row:  # rescored: the logged positions must be in the rescoring tokenizer's tokens
+        g = row["_g"]
+        if len(g) != n_tok:
+            raise BadValue(f"field 'response_tokens': {n_tok} logged, but the rescoring model's tokenizer gives {len(g)} "
+                           "tokens for the completion; --rescore needs the model the run trained")
+        row["grad_weight_sel"] = float(sum(g[int(s):int(e)].sum() for s, e in zip(starts, ends)))
     return row
 
 
