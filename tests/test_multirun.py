@@ -36,16 +36,12 @@ def _policies(n: int, scale: float):
     return models, tokenizer
 
 
-def test_each_row_gets_its_own_runs_adapter():
-    """Prefill and decode logits of three runs in one batch equal each run's own (lean, merged) logits up to rounding."""
-    models, tokenizer = _policies(3, 0.2)
-    env = train.make_env(train.TrainConfig(regime="paper"))
-    tasks = env.sample_tasks(6, split="train", seed=0)
-    rows = [tokenizer(env.prompt(t, env.slate(t, seed=k)), add_special_tokens=False)["input_ids"][2 * k:]
-            for k, t in enumerate(tasks)]
-    runs = torch.tensor([0, 0, 1, 1, 2, 2])
-    ids, attn, pos = _left_pad(rows, tokenizer.pad_token_id)
-    chunk = torch.tensor([[5, 6, 7], [8, 0, 0]] * 3)  # one row inserts three tokens, the other one (padding after)
+def _batched_and_alone(models, runs, rows, pad: int):
+    """Prefill and one decode step (one row inserting three tokens, the other one, padding after) of ``runs``'s rows in
+    one :class:`MultiLlama` batch, and the same for each run alone with its adapter merged (:class:`LeanLlama`):
+    ``(batched, alone, the batch's decoder)``."""
+    ids, attn, pos = _left_pad(rows, pad)
+    chunk = torch.tensor([[5, 6, 7], [8, 0, 0]] * (len(rows) // 2))
     chunk_attn = (chunk != 0).long()
     with torch.inference_mode():
         multi = MultiLlama(models, runs, room=8)
@@ -59,6 +55,17 @@ def test_each_row_gets_its_own_runs_adapter():
                 want[0][mine] = lean.prefill(ids[mine], attn[mine], pos[mine])
                 want[1][mine] = lean.step(chunk[mine], chunk_attn[mine], pos[mine, -1:] + 1 + torch.arange(3),
                                           chunk_attn[mine].sum(1))
+    return got, want, multi
+
+
+def test_each_row_gets_its_own_runs_adapter():
+    """Prefill and decode logits of three runs in one batch equal each run's own (lean, merged) logits up to rounding."""
+    models, tokenizer = _policies(3, 0.2)
+    env = train.make_env(train.TrainConfig(regime="paper"))
+    tasks = env.sample_tasks(6, split="train", seed=0)
+    rows = [tokenizer(env.prompt(t, env.slate(t, seed=k)), add_special_tokens=False)["input_ids"][2 * k:]
+            for k, t in enumerate(tasks)]
+    got, want, _ = _batched_and_alone(models, torch.tensor([0, 0, 1, 1, 2, 2]), rows, tokenizer.pad_token_id)
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
     assert not torch.equal(want[1][0], want[1][2])  # the runs' adapters differ, so a shared adapter would fail
@@ -188,23 +195,9 @@ def test_grouped_key_value_heads_batch_with_each_runs_adapter(bf16):
     models = _gqa_policies(3)
     g = torch.Generator().manual_seed(1)
     rows = [torch.randint(1, 64, (n,), generator=g).tolist() for n in (9, 5, 7, 7, 4, 8)]
-    runs = torch.tensor([0, 0, 1, 1, 2, 2])
-    ids, attn, pos = _left_pad(rows, 0)
-    chunk = torch.tensor([[5, 6, 7], [8, 0, 0]] * 3)
-    chunk_attn = (chunk != 0).long()
     tol = 2e-2 if bf16 else 1e-4  # bf16: the merged adapter rounds once more than the stacked one
-    with torch.inference_mode(), devices.autocast(torch.device("cpu"), bf16):
-        multi = MultiLlama(models, runs, room=8)
-        got = [multi.prefill(ids, attn, pos)]
-        got.append(multi.step(chunk, chunk_attn, pos[:, -1:] + 1 + torch.arange(3), chunk_attn.sum(1)))
-        want = [torch.empty_like(t) for t in got]
-        for k, model in enumerate(models):
-            mine = runs == k
-            with merged_lora(model) as policy:
-                lean = LeanLlama(policy, room=8)
-                want[0][mine] = lean.prefill(ids[mine], attn[mine], pos[mine])
-                want[1][mine] = lean.step(chunk[mine], chunk_attn[mine], pos[mine, -1:] + 1 + torch.arange(3),
-                                          chunk_attn[mine].sum(1))
+    with devices.autocast(torch.device("cpu"), bf16):
+        got, want, multi = _batched_and_alone(models, torch.tensor([0, 0, 1, 1, 2, 2]), rows, 0)
     for t, w in zip(got, want):
         torch.testing.assert_close(t, w, rtol=tol, atol=tol)
     assert multi.keys[0].shape[1] == 2 and multi.keys[0].dtype == (torch.bfloat16 if bf16 else torch.float32)
