@@ -17,8 +17,9 @@ on-policy lookahead by the same leave-one-out (docs/results.md, the lookahead bl
 AdamW studies it predicts worse, so the on-policy lookahead stays the predictor and the default.
 
 The step size is fixed before any run by one rule: both arms at the middle of the rate study's
-initial grid for the optimizer (AdamW 3e-3, SGD 10, normalised SGD 0.18; SmolLM2's AdamW 3e-4, from its own
-grid in :data:`~skillgate_lib.runs.speed.MODEL_GRIDS`), unless ``--lr`` says otherwise; the rate study then searches each arm's own step size, which the prediction does not
+initial grid for the optimizer (AdamW 3e-3, SGD 10, normalised SGD 0.18; SmolLM2's AdamW 3e-4,
+from its own grid in :data:`~skillgate_lib.runs.speed.MODEL_GRIDS`), unless ``--lr`` says
+otherwise; the rate study then searches each arm's own step size, which the prediction does not
 know.
 
 Resumable: the output JSON is rewritten (atomically) after each run, and a rerun with the same
