@@ -213,8 +213,9 @@ def dry_run(argv: Sequence[str], environ: dict[str, str] | None = None) -> list[
         with _engine_absent(cfg.actor_rollout_ref.rollout.name) as stubbed:
             validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
         OmegaConf.resolve(cfg)
-        return (("vLLM's LoRA-rank check by a stand-in (vLLM not installed): " if stubbed else "") +f"{cfg.trainer.n_gpus_per_node} GPUs x {cfg.trainer.nnodes} node(s), batch {cfg.data.train_batch_size} "
-                f"x {cfg.actor_rollout_ref.rollout.n} rollouts, mini-batch {cfg.actor_rollout_ref.actor.ppo_mini_batch_size}")
+        shape = (f"{cfg.trainer.n_gpus_per_node} GPUs x {cfg.trainer.nnodes} node(s), batch {cfg.data.train_batch_size} "
+                 f"x {cfg.actor_rollout_ref.rollout.n} rollouts, mini-batch {cfg.actor_rollout_ref.actor.ppo_mini_batch_size}")
+        return ("vLLM's LoRA-rank check by a stand-in (vLLM not installed): " if stubbed else "") + shape
 
     step("validate", validate)
 
