@@ -45,9 +45,9 @@ def call_episode(env, tokenizer, prompt_ids: list[int], task, slate, group: int,
 
 def scored_suffix(episode: Episode) -> Episode:
     """``episode`` with its unscored response head (a call's opener) moved into the prompt: the rows of one prompt
-    then share everything up to the first scored token, which runs once per distinct prefix
-    (:func:`~skillgate_lib.policy.batching.response_logits`), and only the scored tokens pass the vocabulary
-    head. The scored tokens' log-probabilities are those of the whole episode (same context), up to rounding."""
+    then share everything up to the first scored token, which :func:`tree_scores` runs once, and only the scored
+    tokens pass the vocabulary head. The scored tokens' log-probabilities are those of the whole episode (same
+    context), up to rounding."""
     mask = list(episode.policy_mask)
     if not any(mask):
         raise ValueError("the episode scores no token")
@@ -90,8 +90,8 @@ def tree_scores(model, rows: list[Episode], pad: int) -> torch.Tensor:
             keep[b, at: at + n, at: at + n] = torch.tril(torch.ones(n, n, dtype=torch.bool))
             where.append((i, b, [P - 1] + list(range(at, at + n - 1)), resp))
             at += n
-    idle = ~keep.any(-1)  # padding columns: attend to themselves (no empty softmax)
-    keep[idle.nonzero(as_tuple=True) + (idle.nonzero(as_tuple=True)[1],)] = True
+    rows_idle, cols_idle = (~keep.any(-1)).nonzero(as_tuple=True)  # padding columns: attend to themselves
+    keep[rows_idle, cols_idle, cols_idle] = True  # (no empty softmax)
     if getattr(model.config, "_attn_implementation", "sdpa") == "eager":
         mask = torch.zeros((B, 1, L, L)).masked_fill(~keep[:, None], torch.finfo(torch.float32).min)
     else:
