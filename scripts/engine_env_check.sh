@@ -12,7 +12,8 @@
 #
 # Prints pip check's verdict, the resolved versions of the packages the integrations touch (the
 # tested version matrix of docs/integrations.md) and the test summary; exits non-zero when pip check
-# or a test fails. Takes minutes and downloads Ray and verl's other dependencies: not part of CI.
+# or a test fails. Takes minutes and downloads Ray and verl's other dependencies; CI runs it through the slow
+# test tests/test_engine_env.py.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 KIT=$(cd "${1:-$HERE/..}" && pwd)
