@@ -2,7 +2,7 @@
 
 Usage::
 
-    python scripts/trl_own_tests.py TRL_CHECKOUT [--work build/trl_own_tests] [-k EXPR] [--trainer both]
+    python scripts/trl_own_tests.py TRL_CHECKOUT [--work build/trl_own_tests] [-k EXPR] [--trainer both] [--merge DIR]
 
 ``TRL_CHECKOUT`` is a clone of TRL's repository (any commit; its ``tests/test_grpo_trainer.py`` is run
 as it is, against the *installed* ``trl`` package, so a checkout newer than the installed release has
@@ -309,6 +309,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trainer", choices=("both", "grpo", "skillgate"), default="both")
     parser.add_argument("-k", default=None, help="pytest -k expression (a subset of the tests)")
     parser.add_argument("--table", action="store_true", help="only print the table of the reports already in --work")
+    parser.add_argument("--merge", type=Path, action="append", default=[], metavar="DIR",
+                        help="the reports of an earlier run (DIR/grpo.xml, DIR/skillgate.xml) merged under --work's: a test "
+                             "takes its outcome from --work's report where that holds it (repeatable; for a run resumed "
+                             "with -k on the tests an earlier run did not reach)")
     args = parser.parse_args(argv)
     trl_src = args.trl_src.resolve()
     if not (trl_src / TEST_FILE).is_file():
@@ -325,8 +329,19 @@ def main(argv: list[str] | None = None) -> int:
         import trl
 
         print(f"\nTRL checkout: {trl_src} ({commit_of(trl_src)}); installed trl {trl.__version__}\n")
-        print(table(outcomes(work / "grpo.xml"), outcomes(work / "skillgate.xml")))
+        print(table(*(merged([*args.merge, work], t) for t in ("grpo", "skillgate"))))
     return 0
+
+
+def merged(dirs: list[Path], trainer: str) -> dict[str, tuple[str, str]]:
+    """The outcomes of ``trainer`` over the reports in ``dirs``, a later folder's outcome replacing an earlier one's."""
+    out: dict[str, tuple[str, str]] = {}
+    for d in dirs:
+        report = Path(d) / f"{trainer}.xml"
+        if not report.exists():
+            raise SystemExit(f"--merge: {report} does not exist")
+        out.update(outcomes(report))
+    return out
 
 
 def commit_of(path: Path) -> str:

@@ -56,3 +56,17 @@ def test_outcomes_and_the_table_compare_only_tests_both_runs_reached(own, tmp_pa
     assert "| passed | 2 | 1 |" in table and "| failed | 0 | 1 |" in table
     assert "1 tests differ; 1 of them are the kit's documented refusals" in table
     assert f"| TestGRPOTrainer::test_b | passed | failed | refusal: {refusal} |" in table
+
+
+def test_merged_reports_take_each_test_from_the_latest_run_that_reached_it(own, tmp_path):
+    case = '<testcase classname="tests.test_grpo_trainer.TestGRPOTrainer" name="{}">{}</testcase>'
+    for run, cases in (("first", [("test_a", ""), ("test_b", '<failure message="KeyboardInterrupt"/>')]),
+                       ("resumed", [("test_b", ""), ("test_c", '<skipped type="pytest.skip" message="needs vllm"/>')])):
+        (tmp_path / run).mkdir()
+        (tmp_path / run / "grpo.xml").write_text(
+            "<testsuites><testsuite>" + "".join(case.format(n, body) for n, body in cases) + "</testsuite></testsuites>")
+    out = own.merged([tmp_path / "first", tmp_path / "resumed"], "grpo")
+    assert out == {"TestGRPOTrainer::test_a": ("passed", ""), "TestGRPOTrainer::test_b": ("passed", ""),
+                   "TestGRPOTrainer::test_c": ("skipped", "needs vllm")}
+    with pytest.raises(SystemExit, match="skillgate.xml does not exist"):
+        own.merged([tmp_path / "first"], "skillgate")

@@ -167,3 +167,38 @@ def test_a_small_study_runs_extends_resumes_and_exports(tmp_path):
                             max_extensions=1, test_tasks=8, settings=settings)
     with pytest.raises(ValueError, match="another plan"):
         speed.run_speed(other, tmp_path / "study", workers=1, progress=False)
+
+
+def test_calibration_times_the_studys_own_steps_and_keeps_nothing(tmp_path, monkeypatch, capsys):
+    from skillgate_lib.runs.calibrate import calibrate
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)  # TMPDIR read again
+    plan = speed.plan_for("easy")
+    timed = calibrate(plan.config("outcome", 3e-3, 0, tmp_path / "unused", 1), steps=2, eval_tasks=4, progress=False)
+    assert len(timed["step_seconds"]) == 2 and timed["step_s"] > 0 and timed["eval_s"] > 0
+    assert timed["eval_tasks"] == 4 and timed["threads"] == 1 and timed["model"] == "tiny"
+    assert list(tmp_path.iterdir()) == []  # the temporary run is gone, and nothing was written where the plan points
+    with pytest.raises(ValueError, match="steps and eval_tasks must be >= 1"):
+        calibrate(plan.config("outcome", 3e-3, 0, tmp_path, 1), steps=0)
+
+
+def test_the_dry_run_estimates_from_timings_measured_here_when_asked(monkeypatch, capsys, tmp_path):
+    import skillgate_lib.runs.calibrate as calibration
+
+    seen = {}
+
+    def fake(cfg, **kw):
+        seen["cfg"] = cfg
+        return {"step_s": 2.0, "eval_s": 12.0, "step_seconds": [2.0, 2.0, 2.0]}
+
+    monkeypatch.setattr(calibration, "calibrate", fake)
+    plan = speed.plan_for("easy")
+    assert speed.speed_main(["--regime", "easy", "--dry-run", "--calibrate", "--workers", "1", "--threads", "2",
+                             "--out-dir", str(tmp_path / "s")]) == 0
+    out = capsys.readouterr().out
+    expected = speed.estimate_speed_minutes(plan, 1, 2.0, 12.0)
+    assert f"estimated wall time: {expected:.0f} min with 1 workers" in out and "timed here: 2.0 s a step" in out
+    assert seen["cfg"].threads == 2 and seen["cfg"].method == "outcome" and seen["cfg"].lr == plan.grid[1]

@@ -34,6 +34,7 @@ a step); SkillGate's lambda is the reference's 0.2.
 Command line::
 
     python -m skillgate_lib speed --regime paper_note8 --dry-run                 # the plan and its wall time
+    python -m skillgate_lib speed --regime paper_f30 --dry-run --calibrate --workers 1 --threads 2   # ... timed here
     python -m skillgate_lib speed --regime paper_note8                           # run or resume it
     python -m skillgate_lib speed --regime paper_echo_f30 --optimizer nsgd       # the optimizer control
 """
@@ -188,6 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--together", type=int, default=8, help="runs trained together in one process (default: 8)")
     p.add_argument("--device", default="cpu", help="auto, cpu (default) or cuda")
     p.add_argument("--dry-run", action="store_true", help="print the plan and its estimated wall time, run nothing")
+    p.add_argument("--calibrate", action="store_true",
+                   help="estimate the wall time from a few steps and an evaluation timed here (the study's first run, "
+                        "with --threads; a few minutes for a pretrained model) instead of the kit's table of timings")
     p.add_argument("--export", type=Path, metavar="DIR",
                    help="after the study, copy its plan, selection and each run's config, metrics and test record to DIR")
     preregister.add_plan_flags(p)
@@ -203,8 +207,19 @@ def speed_main(argv: list[str] | None = None) -> int:
     print(f"rate study {plan.name!r}: {' vs '.join(plan.methods)} from {plan.model}, {plan.optimizer} step sizes "
           f"{list(plan.grid)} on seeds {list(plan.search_seeds)}, then {plan.seeds} seeds at the choice; "
           f"{plan.steps} steps -> {out}")
+    source = "the kit's timings for this regime (one thread a worker)"
+    if args.calibrate:
+        from skillgate_lib.runs.calibrate import calibrate
+
+        threads = args.threads or max(1, (os.cpu_count() or 2) // args.workers)
+        middle = plan.grid[len(plan.grid) // 2]
+        # the run's folder is calibrate's own temporary one
+        timed = calibrate(plan.config(plan.methods[0], middle, plan.search_seeds[0], out, threads, args.device))
+        step_s, eval_s = timed["step_s"], timed["eval_s"]
+        source = (f"timed here: {step_s:.1f} s a step (median of {len(timed['step_seconds'])}), {eval_s:.0f} s an "
+                  f"evaluation of 256 instances, {threads} thread(s), one job")
     print(f"estimated wall time: {estimate_speed_minutes(plan, args.workers, step_s, eval_s):.0f} min with {args.workers} "
-          "workers, before any grid extension (finished runs are skipped on resume)", flush=True)
+          f"workers, before any grid extension (finished runs are skipped on resume); from {source}", flush=True)
     command = f"python -m skillgate_lib speed --regime {args.regime} --optimizer {args.optimizer} --export {args.export or out}"
     try:
         preregister.preregistration(plan.to_json(), out, args.export, args.dry_run, args.uncommitted_plan, command)
