@@ -152,6 +152,32 @@ def all_runs(root: str | Path = SPEED_DIR) -> pd.DataFrame:
     return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
 
 
+def measures_side_by_side(runs: pd.DataFrame, studies: list[str]) -> pd.DataFrame:
+    """Per study and arm, at the arm's chosen step size: the mean slope of each measure of :data:`MEASURES` with its
+    Student-t interval over seeds (``<measure>``, ``<measure>_lo``, ``<measure>_hi``) and the validation oracle-read
+    at step 0 and at the end; for studies whose runs logged both measures."""
+    rows = []
+    chosen = runs[runs["chosen"] & runs["study"].isin(studies)]
+    for (study, method), g in chosen.groupby(["study", "method"], sort=True):
+        row = {"study": study, "arm": method, "seeds": int(g["seed"].nunique()),
+               "oracle_read_0": float(g["val_oracle_read_0"].mean()), "oracle_read_end": float(g["val_oracle_read_final"].mean())}
+        for key, col in MEASURE_COLUMNS.items():
+            row[key], row[f"{key}_lo"], row[f"{key}_hi"] = t_interval(g[col].to_numpy(dtype=float))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def display_measures(side: pd.DataFrame) -> pd.DataFrame:
+    """:func:`measures_side_by_side` as text: each slope in logit per step with its interval, oracle-read in %."""
+    def ci(r, key):
+        return f"{getattr(r, key):+.3f} [{getattr(r, key + '_lo'):+.3f}, {getattr(r, key + '_hi'):+.3f}]"
+
+    return pd.DataFrame([{"study": r.study, "arm": r.arm, "seeds": r.seeds,
+                          "slope of logit(oracle-read)": ci(r, "oracle"), "slope of logit(choice)": ci(r, "choice"),
+                          "oracle-read, step 0 -> end": f"{100 * r.oracle_read_0:.0f} -> {100 * r.oracle_read_end:.0f} %"}
+                         for r in side.itertuples()]).set_index(["study", "arm"])
+
+
 def ratio_interval(num: np.ndarray, den: np.ndarray, seed: int = 0, n_boot: int = 4000) -> tuple[float, float, float]:
     """mean(num) / mean(den) over seed pairs and its BCa bootstrap interval (pairs resampled together);
     nan bounds for fewer than three pairs or a denominator whose resamples reach 0."""
@@ -444,9 +470,12 @@ def rate_summary(table: pd.DataFrame, fit: pd.DataFrame) -> str:
                    f"above 0): {each}.")
     if len(rated):
         gain = rated.assign(gain=rated["final_oracle_outcome"] - rated["start_oracle_outcome"])
-        out.append(f"Where it learns, outcome-only GRPO raises validation oracle-read by {_span(gain, 'gain')} points "
-                   f"in 30 steps, to {_span(rated, 'final_oracle_outcome')} % (SkillGate to "
-                   f"{_span(rated, 'final_oracle_skillgate')} %).")
+        lo, hi = 100 * gain["gain"].min(), 100 * gain["gain"].max()
+        moves = (f"raises validation oracle-read by {_span(gain, 'gain')} points" if lo >= 0 else
+                 f"moves validation oracle-read by {lo:+.0f} to {hi:+.0f} points (the choice and the number of reads a "
+                 "trial makes both move it)")
+        out.append(f"Where it learns the choice, outcome-only GRPO {moves} in 30 steps, to "
+                   f"{_span(rated, 'final_oracle_outcome')} % (SkillGate to {_span(rated, 'final_oracle_skillgate')} %).")
     return "\n".join(s for s in out if s) + "\n"
 
 
@@ -493,13 +522,21 @@ def verdict_sentence(table: pd.DataFrame, fit: pd.DataFrame) -> str:
     rated = t[t["outcome_learns"]]
     stalled = t[~t["outcome_learns"]]
     n, k = len(t), len(rated)
-    faster = int((rated["ratio_lo"] > 1).sum())
+    words = np.array([faster_word(r) for r in rated.itertuples()], dtype=object)
+    faster, other = rated[words == "faster"], rated[words != "faster"]
     out = (f"Where outcome-only learns the choice in 30 steps ({k} of {n} regimes, a rule set after the first "
-           f"results), SkillGate learns it {_span(rated, 'ratio', 1.0, '{:.1f}')}x as fast "
-           f"({'every interval' if faster == k else f'{faster} of {k} intervals'} above 1)")
+           f"results), SkillGate learns it faster in {len(faster) if len(faster) < k else 'every one'}"
+           + (f" ({_span(faster, 'ratio', 1.0, '{:.1f}')}x as fast, each ratio interval above 1 and paired difference "
+              "above 0)" if len(faster) else ""))
+    said: dict[str, list[str]] = {}
+    for r in other.itertuples():
+        said.setdefault(faster_word(r), []).append(f"`{r.regime}` ({_ratio(r)}, paired {_diff(r)})")
+    for word, regimes_ in said.items():
+        out += f"; it is {word} in " + (", ".join(regimes_[:-1]) + " and " + regimes_[-1] if len(regimes_) > 1
+                                        else regimes_[0])
     sentence = predictor_sentence(fit)
     if sentence:
-        out += ", and " + sentence
+        out += "; " + sentence
     if len(stalled):
         words = sorted({faster_word(r) for r in stalled.itertuples()})
         out += (f"; elsewhere ({', '.join(f'`{r}`' for r in stalled['regime'])}) it is "
@@ -508,7 +545,8 @@ def verdict_sentence(table: pd.DataFrame, fit: pd.DataFrame) -> str:
 
 
 def display_table(table: pd.DataFrame) -> pd.DataFrame:
-    """The rate table as a reader meets it in a notebook: one row per study, each cell a number with its unit
+    """The rate table as a reader meets it in a notebook: one row per study, its primary measure (``choice`` or
+    ``oracle``, :data:`MEASURES`), each cell a number with its unit
     and interval as text (choice speed (validation) in logit per step; ``never`` for a half-gap step not reached;
     the ratio without the post-hoc rule beside it)."""
     def ci(m, lo, hi, f="{:+.3f}"):
@@ -519,7 +557,8 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
 
     rows = []
     for r in table.itertuples():
-        rows.append({"study": r.study, "seeds": r.seeds, "lr outcome / SkillGate": f"{r.lr_outcome:g} / {r.lr_skillgate:g}",
+        rows.append({"study": r.study, "measure": getattr(r, "measure", "oracle"), "seeds": r.seeds,
+                     "lr outcome / SkillGate": f"{r.lr_outcome:g} / {r.lr_skillgate:g}",
                      "speed, outcome": ci(r.slope_outcome, r.slope_outcome_lo, r.slope_outcome_hi),
                      "speed, SkillGate": ci(r.slope_skillgate, r.slope_skillgate_lo, r.slope_skillgate_hi),
                      "ratio [BCa]": ci(r.ratio, r.ratio_lo, r.ratio_hi, "{:.2f}"),
@@ -527,7 +566,9 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
                      "half-gap step O / S": f"{step(r.half_gap_outcome)} / {step(r.half_gap_skillgate)}",
                      **{f"theory: {v}": (f"{getattr(r, c):.2f}" if np.isfinite(getattr(r, c)) else "–")
                         for c, v in PREDICTORS.items()}})
-    return pd.DataFrame(rows).set_index("study")
+    columns = ["study", "measure", "seeds", "lr outcome / SkillGate", "speed, outcome", "speed, SkillGate", "ratio [BCa]",
+               "ratio, no rule", "half-gap step O / S", *(f"theory: {v}" for v in PREDICTORS.values())]
+    return pd.DataFrame(rows, columns=columns).set_index("study")  # no study (an empty selection): the columns alone
 
 
 def display_fit(fit: pd.DataFrame) -> pd.DataFrame:
