@@ -107,3 +107,15 @@ def test_the_cheaper_variant_is_scored_on_the_studies_both_predicted(tmp_path):
     own, cheap = (v[v["predictor"].str.contains(w)].set_index("study")["off"] for w in ("own", "shared"))
     assert (own == cheap).all() and (own >= 1).all()
     assert "predicts as well" in L.variant_sentence(v)
+
+
+def test_a_preregistered_prediction_is_judged_at_the_k_it_was_committed_to():
+    """paper_note8_h68's commit stated K = 5, its file's last K; leave-one-out over later studies may choose another
+    K, which must not move the preregistered number."""
+    from skillgate_lib.report import rates
+
+    table = rates.rate_table(rates.all_runs())
+    row = L.preregistered(table).set_index("study").loc["paper_note8_h68"]
+    preds = L.complete(L.predictions(L.PREDICT_DIR), L.PREDICT_DIR)
+    at5 = preds[(preds["study"] == "paper_note8_h68") & (preds["k"] == 5)].iloc[0]
+    assert row["k"] == 5 and row["predicted"] == at5["ratio"]

@@ -320,7 +320,8 @@ def variant_sentence(v: pd.DataFrame) -> str:
 def preregistered(table: pd.DataFrame, root: str | Path = PREDICT_DIR,
                   speed_root: str | Path = paths.DATA_DIR / "runs" / "speed") -> pd.DataFrame:
     """The studies whose prediction was committed before their runs: one row each with the commits (prediction,
-    runs), the lookahead's prediction at the K leave-one-out chose and its interval, the observed ratio, whether
+    runs), the lookahead's prediction at the K it was committed to (the file's last K, the one its commit states; not
+    a K chosen again as later studies come in) and its interval, the observed ratio, whether
     the observation falls in the prediction's interval, and the lookahead's and the constant's errors (x-fold).
     The runs' commit is the one that added the study's ``selection.json``; a study not yet committed is left out."""
     preds = complete(predictions(root), root)
@@ -334,7 +335,7 @@ def preregistered(table: pd.DataFrame, root: str | Path = PREDICT_DIR,
         if _git("merge-base", "--is-ancestor", pred_full, runs_full).returncode != 0:
             continue  # the prediction came after the runs: a retro-prediction
         pred_commit, runs_commit = pred_full[:7], runs_full[:7]
-        r, k = loo.loc[study], int(loo.loc[study, "k_loo"])
+        r, k = loo.loc[study], int(preds.loc[preds["study"] == study, "k"].max())
         at = preds[(preds["study"] == study) & (preds["k"] == k)].iloc[0]
         rows.append({"study": study, "prediction_commit": pred_commit, "runs_commit": runs_commit, "k": k,
                      "predicted": float(at["ratio"]), "predicted_lo": float(at["ratio_lo"]),
