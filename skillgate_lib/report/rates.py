@@ -379,21 +379,23 @@ def curves(root: str | Path = SPEED_DIR) -> pd.DataFrame:
 
 
 def rate_markdown(table: pd.DataFrame) -> str:
-    """The rate table as Markdown (docs/results.md): per study, each arm's slope, the observed ratio and the predictions."""
+    """The rate table as Markdown (docs/results.md): per study, its measure (the slope of logit(validation choice) or of
+    logit(validation oracle-read), as its plan declares), each arm's slope, the observed ratio and the predictions."""
     from skillgate_lib.report.markdown import markdown_table
 
     def ci(m, lo, hi, f="{:.3f}"):
         return f"{f.format(m)} [{f.format(lo)}, {f.format(hi)}]"
 
-    rows = [[f"`{r.study}`", str(r.seeds), f"{r.lr_outcome:g} / {r.lr_skillgate:g}",
+    rows = [[f"`{r.study}`", getattr(r, "measure", "oracle"), str(r.seeds), f"{r.lr_outcome:g} / {r.lr_skillgate:g}",
              ci(r.slope_outcome, r.slope_outcome_lo, r.slope_outcome_hi), ci(r.slope_skillgate, r.slope_skillgate_lo, r.slope_skillgate_hi),
              ci(r.ratio, r.ratio_lo, r.ratio_hi, "{:.2f}") if r.outcome_learns else "– (outcome-only does not learn)",
              f"{100 * r.start_oracle_outcome:.1f} -> {100 * r.final_oracle_outcome:.1f} / {100 * r.final_oracle_skillgate:.1f}",
              *(f"{getattr(r, c):.2f}" if np.isfinite(getattr(r, c)) else "–" for c in PREDICTORS)]
             for r in table.itertuples()]
-    return markdown_table(["study", "seeds", "lr (outcome / SkillGate)", "slope, outcome-only", "slope, SkillGate",
-                           "observed ratio [BCa 95 %]", "val oracle-read, step 0 -> 30, outcome / SkillGate (%)", *(f"predicted from {v}" for v in PREDICTORS.values())],
-                          rows, "llrrrrr" + "r" * len(PREDICTORS))
+    return markdown_table(["study", "slope of logit(val ...)", "seeds", "lr (outcome / SkillGate)", "slope, outcome-only",
+                           "slope, SkillGate", "observed ratio [BCa 95 %]", "val oracle-read, step 0 -> 30, outcome / SkillGate (%)",
+                           *(f"predicted from {v}" for v in PREDICTORS.values())],
+                          rows, "lllrrrrr" + "r" * len(PREDICTORS))
 
 
 def fit_markdown(fit: pd.DataFrame) -> str:
