@@ -298,6 +298,18 @@ def _rates(data_dir: Path) -> tuple[str, str, str]:
     return rates.rate_markdown(table), rates.fit_markdown(fit), rates.rate_summary(table, fit)
 
 
+def _rate_measures(data_dir: Path) -> str:
+    """Both measures' slopes, side by side, in the studies whose runs logged both (the re-run ``easy`` and ``paper``)."""
+    from skillgate_lib.report import rates
+    from skillgate_lib.report.markdown import markdown_table
+
+    runs = rates.all_runs(data_dir / "runs" / "speed")
+    both = [s for s in ("easy", "paper") if s in set(runs["study"])]
+    shown = rates.display_measures(rates.measures_side_by_side(runs, both)).reset_index()
+    return markdown_table([f"{c}" for c in shown.columns], [[f"`{v}`" if k == "study" else v for k, v in r.items()]
+                                                             for r in shown.to_dict("records")], "lllrrr")
+
+
 def _lookahead(data_dir: Path) -> str:
     """The lookahead's predictions against the rate study (:mod:`skillgate_lib.report.lookahead`)."""
     from skillgate_lib.report import lookahead
@@ -346,6 +358,7 @@ def generated_blocks(figures_dir: Path = paths.FIGURES_DIR, data_dir: Path = pat
         "rate_fit": lambda: _rates(data_dir)[1],
         "rate_summary": lambda: _rates(data_dir)[2],
         "rate_lookahead": lambda: _lookahead(data_dir),
+        "rate_measures": lambda: _rate_measures(data_dir),
         "smollm2_warmstart": lambda: _warmstart_readme(data_dir / "models" / "smollm2-sft"),
         "smollm2_choice": lambda: _smollm2_choice(diagnosis / "probes"),
         "diagnosis_paper": lambda: diagnosis_table(diagnosis / "summary.csv", DIAGNOSIS_CONDITIONS),
