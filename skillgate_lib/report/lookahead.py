@@ -369,7 +369,7 @@ def lookahead_sentence(table: pd.DataFrame, root: str | Path = PREDICT_DIR) -> s
     a, c = s.loc[LOOKAHEAD], s.loc[CONSTANT]
     better = a["mean_abs_log_error"] < c["mean_abs_log_error"]
     pre = preregistered(table, root)
-    registered = "".join(f"; `{r.study}`, preregistered: {r.predicted:.2f} vs {r.observed:.2f}" for r in pre.itertuples())
+    registered = "".join(f"; `{r.study}`, preregistered {r.predicted:.2f} vs {r.observed:.2f}" for r in pre.itertuples())
     return (f"A {int(preds['k'].max())}-step lookahead does {'better' if better else 'no better'} (off "
             f"{math.exp(a['mean_abs_log_error']):.2f}x vs {math.exp(c['mean_abs_log_error']):.2f}x over {len(loo)} studies"
             f"{registered}).")

@@ -511,8 +511,8 @@ def predictor_sentence(fit: pd.DataFrame) -> str:
     best = theory["max_abs_residual"].idxmin()
     b, c = theory.loc[best], scored.loc[CONSTANT]
     verb = "predicts it no better than" if c["max_abs_residual"] <= b["max_abs_residual"] else "predicts it better than"
-    return (f"the theory's closed form {verb} a constant (at best the {best}'s: within "
-            f"{math.exp(b['max_abs_residual']):.1f}x of every study; the others' mean: {math.exp(c['max_abs_residual']):.2f}x)")
+    return (f"the theory's closed form {verb} a constant (worst miss {math.exp(b['max_abs_residual']):.1f}x with the {best}, "
+            f"{math.exp(c['max_abs_residual']):.2f}x with the others' mean)")
 
 
 def verdict_sentence(table: pd.DataFrame, fit: pd.DataFrame) -> str:
@@ -526,15 +526,18 @@ def verdict_sentence(table: pd.DataFrame, fit: pd.DataFrame) -> str:
     n, k = len(t), len(rated)
     words = np.array([faster_word(r) for r in rated.itertuples()], dtype=object)
     faster, other = rated[words == "faster"], rated[words != "faster"]
-    out = (f"Where outcome-only learns the choice in 30 steps ({k} of {n} regimes, a rule set after the first "
-           f"results), SkillGate learns it faster in {len(faster) if len(faster) < k else 'every one'}"
-           + (f" ({_span(faster, 'ratio', 1.0, '{:.1f}')}x as fast, each ratio interval above 1 and paired difference "
-              "above 0)" if len(faster) else ""))
+    where = (f"Outcome-only learns the choice in 30 steps in all {n} regimes; SkillGate learns it faster in " if k == n
+             else f"Where outcome-only learns the choice in 30 steps ({k} of {n} regimes, a rule set after the first "
+                  "results), SkillGate learns it faster in ")
+    out = (where + f"{len(faster) if len(faster) < k else 'every one'}"
+           + (f" ({_span(faster, 'ratio', 1.0, '{:.1f}')}x; ratio and paired intervals clear 1 and 0)"
+              if len(faster) else ""))
     said: dict[str, list[str]] = {}
-    for r in other.itertuples():
-        said.setdefault(faster_word(r), []).append(f"`{r.regime}` ({_ratio(r)}, paired {_diff(r)})")
+    for r in other.itertuples():  # the ratio alone, and which test it fails where its own interval clears 1
+        said.setdefault(faster_word(r), []).append(
+            f"`{r.regime}` ({_ratio(r)}" + ("; paired interval covers 0)" if r.ratio_lo > 1 else ")"))
     for word, regimes_ in said.items():
-        out += f"; it is {word} in " + (", ".join(regimes_[:-1]) + " and " + regimes_[-1] if len(regimes_) > 1
+        out += f"; {word} in " + (", ".join(regimes_[:-1]) + " and " + regimes_[-1] if len(regimes_) > 1
                                         else regimes_[0])
     sentence = predictor_sentence(fit)
     if sentence:
