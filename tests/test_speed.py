@@ -202,3 +202,16 @@ def test_the_dry_run_estimates_from_timings_measured_here_when_asked(monkeypatch
     expected = speed.estimate_speed_minutes(plan, 1, 2.0, 12.0)
     assert f"estimated wall time: {expected:.0f} min with 1 workers" in out and "timed here: 2.0 s a step" in out
     assert seen["cfg"].threads == 2 and seen["cfg"].method == "outcome" and seen["cfg"].lr == plan.grid[1]
+
+
+def test_the_verdict_names_each_regime_that_is_not_shown_faster(tmp_path):
+    rng = np.random.default_rng(1)
+    fast = 0.06 + 0.005 * rng.standard_normal(8)
+    same = 0.04 + 0.005 * rng.standard_normal(8)
+    runs = pd.DataFrame(_runs("a", "a", fast, 2 * fast + 0.005 * rng.standard_normal(8))
+                        + _runs("b", "b", same, same + 0.005 * rng.standard_normal(8)))
+    table = rates.rate_table(runs, tmp_path, tmp_path / "none.csv")
+    assert table["outcome_learns"].all()
+    text = rates.verdict_sentence(table, rates.predictor_fit(table))
+    assert text.startswith("Outcome-only learns the choice in 30 steps in all 2 regimes; SkillGate learns it faster in 1 (")
+    assert "; not shown faster in `b` (" in text and "a rule set after" not in text  # the rule left nothing out

@@ -43,4 +43,6 @@ def test_the_committed_verdict_never_says_level_without_its_margin_nor_no_faster
     flat = " ".join(verdict.split())
     assert not re.search(r"\blevel\b(?! within)", flat), flat
     assert "no faster" not in flat and "no more often" not in flat
-    assert "set after the first results" in flat  # the rule that picks the rated regimes is flagged where its numbers are quoted
+    # the rule that picks the rated regimes is flagged where it leaves one out; where every regime passes it the
+    # verdict says so instead
+    assert "set after the first results" in flat or re.search(r"learns the choice in 30 steps in all \d+ regimes", flat)
