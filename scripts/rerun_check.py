@@ -1,0 +1,92 @@
+"""Does a re-run of a rate study reproduce the study it re-runs?
+
+    python scripts/rerun_check.py data/runs/speed/paper_note8 data/runs/speed_rerun/paper_note8
+
+Both folders are exports of ``python -m skillgate_lib speed`` (``plan.json``, ``selection.json``, one folder
+per run with ``config.json`` and ``metrics.jsonl``). The re-run may add metrics (the choice, ``eval/choice*``)
+and config fields (settings the code has gained since, at their defaults), and differ in wall times and in
+where it ran (``time/*``, ``run_dir``); every other number the first study logged must be equal, to the last
+digit, in the run of the same name. Prints one line per run and a verdict; exits 1 on any difference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+IGNORED_METRICS = ("time/",)  # wall times: never reproduced
+IGNORED_CONFIG = {"run_dir"}  # where the run was written
+
+
+def _rows(path: Path) -> list[dict]:
+    with path.open() as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def compare_run(old: Path, new: Path) -> list[str]:
+    """What differs between two runs of the same name (empty: the re-run reproduces the first)."""
+    problems = []
+    old_cfg, new_cfg = (json.loads((d / "config.json").read_text()) for d in (old, new))
+    for key in sorted(set(old_cfg) - IGNORED_CONFIG):
+        if key not in new_cfg:
+            problems.append(f"config.json: {key} missing in the re-run")
+        elif old_cfg[key] != new_cfg[key]:
+            problems.append(f"config.json: {key} {old_cfg[key]!r} -> {new_cfg[key]!r}")
+    old_rows, new_rows = _rows(old / "metrics.jsonl"), _rows(new / "metrics.jsonl")
+    if len(old_rows) != len(new_rows):
+        problems.append(f"metrics.jsonl: {len(old_rows)} rows -> {len(new_rows)}")
+    for i, (a, b) in enumerate(zip(old_rows, new_rows), start=1):
+        for key, value in a.items():
+            if key.startswith(IGNORED_METRICS):
+                continue
+            if key not in b:
+                problems.append(f"metrics.jsonl line {i}: {key} missing in the re-run")
+            elif b[key] != value:
+                problems.append(f"metrics.jsonl line {i} (step {a.get('step')}, {a.get('split')}): {key} {value!r} -> {b[key]!r}")
+    return problems
+
+
+def compare_study(old: Path, new: Path) -> tuple[list[str], bool]:
+    """``(report lines, reproduced)`` for two exports of the same study."""
+    lines, ok = [], True
+    old_sel, new_sel = (json.loads((d / "selection.json").read_text()) for d in (old, new))
+    for arm in sorted(old_sel):
+        before, after = old_sel[arm].get("value"), new_sel.get(arm, {}).get("value")
+        if before != after:
+            lines.append(f"selection.json: {arm} chose {before} in the study, {after} in the re-run")
+            ok = False
+    runs = lambda d: {p.name for p in d.iterdir() if (p / "metrics.jsonl").exists()}  # noqa: E731
+    old_runs, new_runs = runs(old), runs(new)
+    for name in sorted(old_runs - new_runs):
+        lines.append(f"{name}: not in the re-run")
+        ok = False
+    for name in sorted(new_runs - old_runs):
+        lines.append(f"{name}: new in the re-run (no run of that name to compare)")
+    for name in sorted(old_runs & new_runs):
+        problems = compare_run(old / name, new / name)
+        ok &= not problems
+        extra = sorted({k for r in _rows(new / name / "metrics.jsonl") for k in r}
+                       - {k for r in _rows(old / name / "metrics.jsonl") for k in r})
+        lines.append(f"{name}: " + ("reproduced" + (f" (adds {', '.join(extra)})" if extra else "") if not problems
+                                    else f"{len(problems)} differences; first: {problems[0]}"))
+    return lines, ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("study", type=Path, help="the committed export (data/runs/speed/<study>)")
+    parser.add_argument("rerun", type=Path, help="the re-run's export")
+    args = parser.parse_args(argv)
+    for d in (args.study, args.rerun):
+        if not (d / "selection.json").exists():
+            parser.error(f"{d}: no selection.json (not an export of `python -m skillgate_lib speed`)")
+    lines, ok = compare_study(args.study, args.rerun)
+    print("\n".join(lines))
+    print(f"{args.rerun}: " + ("every number the first study logged is reproduced" if ok else "NOT reproduced"))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
