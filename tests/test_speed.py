@@ -215,3 +215,31 @@ def test_the_verdict_names_each_regime_that_is_not_shown_faster(tmp_path):
     text = rates.verdict_sentence(table, rates.predictor_fit(table))
     assert text.startswith("Outcome-only learns the choice in 30 steps in all 2 regimes; SkillGate learns it faster in 1 (")
     assert "; not shown faster in `b` (" in text and "a rule set after" not in text  # the rule left nothing out
+
+
+def test_curves_take_each_arms_chosen_runs_and_the_choice_where_logged(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from skillgate_lib.report import rate_curves
+
+    for study, logged in (("new", True), ("old", False)):
+        d = tmp_path / study
+        for method in ("outcome", "skillgate"):
+            for lr in (1e-3, 3e-3):
+                _write_run(d / rates.speed_run_name(method, lr, 0), {0: 0.3, 5: 0.4 if lr == 3e-3 else 0.9}, {1: 0.3},
+                           method=method, lr=lr)
+        (d / "selection.json").write_text(json.dumps({m: {"knob": "lr", "value": 3e-3} for m in ("outcome", "skillgate")}))
+        (d / "plan.json").write_text("{}")
+        if logged:
+            for run in d.glob("*-seed0"):
+                rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+                rows = [dict(r, **{"eval/choice": 0.2 + r["step"] / 100}) if r["split"] == "eval" else r for r in rows]
+                (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    c = rate_curves.curves(tmp_path)
+    assert set(c["oracle_read"]) == {0.3, 0.4}  # the chosen step size's runs only
+    assert c[c["study"] == "new"]["choice"].tolist() == [0.2, 0.25, 0.2, 0.25]
+    assert c[c["study"] == "old"]["choice"].isna().all()
+    assert rate_curves.curves(tmp_path, names=["old"])["study"].unique().tolist() == ["old"]
+    fig = rate_curves.curves_figure(c)
+    assert fig.axes[3].texts[0].get_text() == "not logged"  # the old study's choice panel

@@ -336,48 +336,6 @@ def rate_figure(table: pd.DataFrame):
     return fig
 
 
-def curves_figure(curves: pd.DataFrame, optimizer_studies: list[str] | None = None):
-    """Validation oracle-read by step, one panel per study: each seed thin, the mean over seeds thick."""
-    import matplotlib.pyplot as plt
-
-    from skillgate_lib.methods import label as method_label
-    from skillgate_lib.plots import METHOD_COLORS, WIDTH
-
-    names = optimizer_studies or sorted(curves["study"].unique())
-    fig, axes = plt.subplots(1, len(names), figsize=(WIDTH * 1.35, 2.8), sharey=True, squeeze=False)
-    for ax, name in zip(axes[0], names):
-        c = curves[curves["study"] == name]
-        for method, g in c.groupby("method"):
-            color = METHOD_COLORS.get(method)
-            for _, s in g.groupby("seed"):
-                ax.plot(s["step"], s["oracle_read"], color=color, lw=0.5, alpha=0.35)
-            mean = g.groupby("step")["oracle_read"].mean()
-            ax.plot(mean.index, mean.values, color=color, lw=2, label=method_label(method))
-        ax.set_title(name, fontsize=9)
-        ax.set_xlabel("step")
-    axes[0][0].set_ylabel("validation oracle-read")
-    axes[0][0].legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    return fig
-
-
-def curves(root: str | Path = SPEED_DIR) -> pd.DataFrame:
-    """Validation oracle-read by step of every run at its arm's choice (for the speed curves)."""
-    rows = []
-    for study_dir in studies(root):
-        sel_path = study_dir / "selection.json"
-        if not sel_path.exists():
-            continue
-        chosen = json.loads(sel_path.read_text())
-        for method, c in chosen.items():
-            for run in sorted(study_dir.glob(f"{method}-lr{float(c['value']):g}-seed*")):
-                ev = logs.read_metrics(run).query("split == 'eval'")
-                rows += [{"study": study_dir.name, "method": method, "seed": int(run.name.rsplit("seed", 1)[1]),
-                          "step": int(step), "oracle_read": float(rate)}
-                         for step, rate in zip(ev["step"], ev["eval/oracle_read"])]
-    return pd.DataFrame(rows)
-
-
 def rate_markdown(table: pd.DataFrame) -> str:
     """The rate table as Markdown (docs/results.md): per study, its measure (the slope of logit(validation choice) or of
     logit(validation oracle-read), as its plan declares), each arm's slope, the observed ratio and the predictions."""
