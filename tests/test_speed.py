@@ -243,3 +243,9 @@ def test_curves_take_each_arms_chosen_runs_and_the_choice_where_logged(tmp_path)
     assert rate_curves.curves(tmp_path, names=["old"])["study"].unique().tolist() == ["old"]
     fig = rate_curves.curves_figure(c)
     assert fig.axes[3].texts[0].get_text() == "not logged"  # the old study's choice panel
+
+
+def test_threads_per_worker_splits_the_cores_unless_given(monkeypatch):
+    monkeypatch.setattr(protocol.os, "cpu_count", lambda: 16)
+    assert protocol.threads_per_worker(4) == 4 and protocol.threads_per_worker(32) == 1
+    assert protocol.threads_per_worker(2, threads=3) == 3

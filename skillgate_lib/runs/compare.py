@@ -13,7 +13,6 @@ import argparse
 import concurrent.futures as cf
 import json
 import multiprocessing as mp
-import os
 import time
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from skillgate_lib import methods as methods_lib
 from skillgate_lib.cli import add_fields
 from skillgate_lib.notebooks import progress_bar  # a widget in the lab, text lines in a terminal or a headless run
 from skillgate_lib.report.results import final_metrics
+from skillgate_lib.runs.protocol import threads_per_worker
 from skillgate_lib.runs.train import TrainConfig, check_resume_config, train
 
 
@@ -115,7 +115,7 @@ def compare(methods=None, seeds=(0, 1, 2), out_dir: str | Path = paths.BUILD_DIR
     """
     methods = methods_lib.compared() if methods is None else tuple(methods)
     out_dir = Path(out_dir)
-    threads = max(1, (os.cpu_count() or 2) // workers)
+    threads = threads_per_worker(workers)
     if not lrs:
         configs = [method_config(m, s, out_dir / compare_run_name(m, s), threads=threads, **overrides)
                    for m in methods for s in seeds]

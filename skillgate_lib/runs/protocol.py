@@ -7,6 +7,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import json
 import multiprocessing as mp
+import os
 import time
 from pathlib import Path
 
@@ -87,6 +88,11 @@ def _test_eval(run_dir: str, regime: str, n: int, model: str | None, threads: in
     record = evaluate_on_test(run_dir, regime, n, model, threads, device)
     Path(run_dir).mkdir(parents=True, exist_ok=True)
     logs.atomic_write_bytes(Path(run_dir) / "test.json", (json.dumps(record, indent=1) + "\n").encode())
+
+
+def threads_per_worker(workers: int, threads: int | None = None) -> int:
+    """Torch threads for each of ``workers`` jobs at once: ``threads`` where given, else the cores split among them."""
+    return threads or max(1, (os.cpu_count() or 2) // workers)
 
 
 def write_test_records(jobs: list[tuple], workers: int, progress: bool) -> None:

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -54,7 +53,8 @@ from skillgate_lib import paths
 from skillgate_lib.env import regimes
 from skillgate_lib.report.rates import MEASURE_COLUMNS, MEASURES, measure_of, speed_measures, speed_run_name
 from skillgate_lib.runs import preregister
-from skillgate_lib.runs.protocol import TIMINGS, check_plan, edge_extension, end_command, write_test_records
+from skillgate_lib.runs.protocol import (TIMINGS, check_plan, edge_extension, end_command, threads_per_worker,
+                                         write_test_records)
 from skillgate_lib.runs.train import TrainConfig
 
 #: The warm start each regime of the study trains from (the RL warm start its probe audited).
@@ -130,7 +130,7 @@ def run_speed(plan: SpeedPlan, out_dir: str | Path, workers: int = 2, progress: 
 
     out_dir = Path(out_dir)
     check_plan(plan, out_dir)
-    threads = threads or max(1, (os.cpu_count() or 2) // workers)
+    threads = threads_per_worker(workers, threads)
     grids = {m: list(plan.grid) for m in plan.methods}
     extensions = {m: [] for m in plan.methods}
     while True:
@@ -211,7 +211,7 @@ def speed_main(argv: list[str] | None = None) -> int:
     if args.calibrate:
         from skillgate_lib.runs.calibrate import calibrate
 
-        threads = args.threads or max(1, (os.cpu_count() or 2) // args.workers)
+        threads = threads_per_worker(args.workers, args.threads)
         middle = plan.grid[len(plan.grid) // 2]
         # the run's folder is calibrate's own temporary one
         timed = calibrate(plan.config(plan.methods[0], middle, plan.search_seeds[0], out, threads, args.device))

@@ -40,7 +40,6 @@ import argparse
 import dataclasses
 import itertools
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,7 +48,8 @@ from skillgate_lib import logs, paths
 from skillgate_lib import methods as methods_lib
 from skillgate_lib.runs import preregister
 from skillgate_lib.runs.compare import train_all
-from skillgate_lib.runs.protocol import TIMINGS, check_plan, edge_extension, end_command, write_test_records
+from skillgate_lib.runs.protocol import (TIMINGS, check_plan, edge_extension, end_command, threads_per_worker,
+                                         write_test_records)
 from skillgate_lib.runs.train import TrainConfig
 
 
@@ -291,7 +291,7 @@ def run_study(plan: Plan, out_dir: str | Path, workers: int = 2, progress: bool 
     """
     out_dir = Path(out_dir)
     check_plan(plan, out_dir)
-    threads = max(1, (os.cpu_count() or 2) // workers)
+    threads = threads_per_worker(workers)
     chosen = search(plan, out_dir, threads, workers, progress, device, together)
     sel = out_dir / "selection.json"
     if sel.exists() and json.loads(sel.read_text()) != json.loads(json.dumps(chosen)):
