@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -80,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         with devices.autocast(cpu, True):
             return generate_together(models, tokenizer, segments(rep), cfg.max_new_tokens, cfg.temperature)
 
+    load_before = list(os.getloadavg())
     sides = {"alone": alone, "together": together}
     times = {k: [] for k in sides}
     tokens = {k: [] for k in sides}
@@ -93,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     record = {"runs": args.runs, "prompts": args.prompts, "group": args.group, "threads": args.threads,
               "repeats": args.repeats, "model": "smollm2-sft", "regime": "paper_f30", "bf16": True,
               "seconds": times, "response_tokens": tokens,
+              "load_average_before": load_before, "load_average_after": list(os.getloadavg()),
               "median_s": {k: statistics.median(v) for k, v in times.items()},
               "tokens_per_s": {k: statistics.median([n / t for n, t in zip(tokens[k], times[k])]) for k in sides}}
     record["ratio_tokens_per_s"] = record["tokens_per_s"]["together"] / record["tokens_per_s"]["alone"]

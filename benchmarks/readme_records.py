@@ -115,8 +115,23 @@ def device_block(r: dict) -> str:
             "|---|---|---|---:|---:|---:|\n" + rows + "\n")
 
 
+def together_smollm2_block(r: dict) -> str:
+    """``bench_together_smollm2.py``: SmolLM2 rollouts of several runs in one batch (``MultiLlama``) against one run after another."""
+    load = (f"load average {_load(r['load_average_before'])} before, {_load(r['load_average_after'])} after"
+            if "load_average_before" in r else "load average not recorded; the machine's other job paused")
+    rows = "\n".join(f"| {side} | {', '.join(f'{t:.1f}' for t in r['seconds'][side])} | {r['median_s'][side]:.1f} | "
+                     f"{r['tokens_per_s'][side]:.0f} |" for side in ("alone", "together"))
+    return (f"`python benchmarks/bench_together_smollm2.py --runs {r['runs']} --prompts {r['prompts']} --group {r['group']} "
+            f"--repeats {r['repeats']} --threads {r['threads']}` ({r['runs']} runs of `{r['model']}` in `{r['regime']}`, "
+            f"{r['prompts']} x {r['group']} rollouts each, bf16 autocast, {r['threads']} torch threads, the sides "
+            f"alternating; {load}):\n\n"
+            "| side | seconds per repeat | median s | response tokens / s |\n|---|---|---:|---:|\n" + rows + "\n\n"
+            f"Decoded together, the runs' rollouts come at **{r['ratio_tokens_per_s']:.2f}x** the rate of one run after "
+            "another.\n")
+
+
 BLOCKS = {"device_cuda_h200": device_block, "study": study_block, "study_steps20": study_block, "grpo_step_160": grpo_step_160_block,
-          "grpo_step_smollm2": grpo_step_paired_block}
+          "grpo_step_smollm2": grpo_step_paired_block, "together_smollm2": together_smollm2_block}
 
 
 def render(text: str) -> str:
