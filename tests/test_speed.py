@@ -249,3 +249,22 @@ def test_threads_per_worker_splits_the_cores_unless_given(monkeypatch):
     monkeypatch.setattr(protocol.os, "cpu_count", lambda: 16)
     assert protocol.threads_per_worker(4) == 4 and protocol.threads_per_worker(32) == 1
     assert protocol.threads_per_worker(2, threads=3) == 3
+
+
+def test_endpoints_pair_each_seed_and_say_not_shown_where_the_interval_covers_zero():
+    from skillgate_lib.report import rate_endpoints
+
+    rows = []
+    for seed in range(4):
+        for method, success, test in (("outcome", 0.20, 0.30), ("skillgate", 0.25 + 0.01 * seed, 0.30 + 0.02 * (-1) ** seed)):
+            rows.append({"study": "a", "method": method, "seed": seed, "chosen": True, "val_success_final": success,
+                         "val_oracle_read_final": 0.5, "val_choice_final": math.nan, "test_success": test,
+                         "test_oracle_read": 0.9})
+    rows.append(dict(rows[-1], seed=9, chosen=False, test_success=1.0))  # off the choice: not counted
+    table = rate_endpoints.endpoint_table(pd.DataFrame(rows)).set_index("endpoint")
+    assert "validation choice" not in table.index  # not logged: left out
+    val = table.loc["validation success"]
+    assert val["seeds"] == 4 and val["diff"] == pytest.approx(6.5) and val["shown"] == "SkillGate higher"
+    assert table.loc["test success", "diff"] == pytest.approx(0.0, abs=1e-9) and table.loc["test success", "shown"] == "not shown"
+    text = rate_endpoints.endpoint_sentence(table.reset_index())
+    assert "in test success SkillGate ends higher in 0, lower in 0 and not shown to differ in 1 of 1 studies" in text

@@ -108,6 +108,7 @@ def speed_measures(run_dir: str | Path, upto: int = SLOPE_STEPS) -> dict:
         f"val_oracle_read_{upto}": float(early["eval/oracle_read"].iloc[-1]),
         "val_oracle_read_final": float(ev["eval/oracle_read"].iloc[-1]),
         "val_success_final": float(ev["eval/success"].iloc[-1]),
+        "val_choice_final": float(ev["eval/choice"].iloc[-1]) if "eval/choice" in ev else math.nan,
         "steps_done": int(tr["step"].max()) if not tr.empty else 0,
     }
 
