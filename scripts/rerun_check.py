@@ -18,6 +18,7 @@ from pathlib import Path
 
 IGNORED_METRICS = ("time/",)  # wall times: never reproduced
 IGNORED_CONFIG = {"run_dir"}  # where the run was written
+IGNORED_TEST = {"seconds"}  # the test record's wall time
 
 
 def _rows(path: Path) -> list[dict]:
@@ -26,14 +27,26 @@ def _rows(path: Path) -> list[dict]:
 
 
 def compare_run(old: Path, new: Path) -> list[str]:
-    """What differs between two runs of the same name (empty: the re-run reproduces the first)."""
+    """What differs between two runs of the same name (empty: the re-run reproduces the first): each of
+    ``config.json``, ``test.json`` and ``metrics.jsonl`` the first run has must be in the re-run, equal but for
+    what is ignored."""
     problems = []
-    old_cfg, new_cfg = (json.loads((d / "config.json").read_text()) for d in (old, new))
-    for key in sorted(set(old_cfg) - IGNORED_CONFIG):
-        if key not in new_cfg:
-            problems.append(f"config.json: {key} missing in the re-run")
-        elif old_cfg[key] != new_cfg[key]:
-            problems.append(f"config.json: {key} {old_cfg[key]!r} -> {new_cfg[key]!r}")
+    for name in ("config.json", "test.json", "metrics.jsonl"):
+        if (old / name).exists() and not (new / name).exists():
+            problems.append(f"{name} missing in the re-run")
+    if problems:
+        return problems
+    for name, ignored in (("config.json", IGNORED_CONFIG), ("test.json", IGNORED_TEST)):
+        if not (old / name).exists():
+            continue
+        a, b = (json.loads((d / name).read_text()) for d in (old, new))
+        for key in sorted(set(a) - ignored):
+            if key not in b:
+                problems.append(f"{name}: {key} missing in the re-run")
+            elif a[key] != b[key]:
+                problems.append(f"{name}: {key} {a[key]!r} -> {b[key]!r}")
+    if not (old / "metrics.jsonl").exists():
+        return problems
     old_rows, new_rows = _rows(old / "metrics.jsonl"), _rows(new / "metrics.jsonl")
     if len(old_rows) != len(new_rows):
         problems.append(f"metrics.jsonl: {len(old_rows)} rows -> {len(new_rows)}")
@@ -57,7 +70,7 @@ def compare_study(old: Path, new: Path) -> tuple[list[str], bool]:
         if before != after:
             lines.append(f"selection.json: {arm} chose {before} in the study, {after} in the re-run")
             ok = False
-    runs = lambda d: {p.name for p in d.iterdir() if (p / "metrics.jsonl").exists()}  # noqa: E731
+    runs = lambda d: {p.name for p in d.iterdir() if (p / "metrics.jsonl").exists() or (p / "test.json").exists()}  # noqa: E731
     old_runs, new_runs = runs(old), runs(new)
     for name in sorted(old_runs - new_runs):
         lines.append(f"{name}: not in the re-run")
@@ -67,8 +80,8 @@ def compare_study(old: Path, new: Path) -> tuple[list[str], bool]:
     for name in sorted(old_runs & new_runs):
         problems = compare_run(old / name, new / name)
         ok &= not problems
-        extra = sorted({k for r in _rows(new / name / "metrics.jsonl") for k in r}
-                       - {k for r in _rows(old / name / "metrics.jsonl") for k in r})
+        keys = lambda d: {k for r in _rows(d / "metrics.jsonl") for k in r} if (d / "metrics.jsonl").exists() else set()  # noqa: E731
+        extra = sorted(keys(new / name) - keys(old / name))
         lines.append(f"{name}: " + ("reproduced" + (f" (adds {', '.join(extra)})" if extra else "") if not problems
                                     else f"{len(problems)} differences; first: {problems[0]}"))
     return lines, ok

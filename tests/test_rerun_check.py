@@ -55,3 +55,15 @@ def test_a_changed_number_a_missing_run_or_another_choice_fails(tmp_path, capsys
     assert not ok and lines[0] == "selection.json: outcome chose 0.01 in the study, 0.003 in the re-run"
     assert check.main([str(old), str(tmp_path / "changed")]) == 1
     assert "NOT reproduced" in capsys.readouterr().out
+
+
+def test_the_test_record_must_match_but_for_its_wall_time(tmp_path):
+    check = _load()
+    old, new = _export(tmp_path / "old", STUDY), _export(tmp_path / "new", STUDY)
+    for root, seconds, success in ((old, 1.0, 0.25), (new, 2.0, 0.25)):
+        (root / "warmstart").mkdir()
+        (root / "warmstart" / "test.json").write_text(json.dumps({"seconds": seconds, "test/success": success}))
+    assert check.compare_study(old, new) == (["outcome-lr0.01-seed0: reproduced", "warmstart: reproduced"], True)
+    (new / "warmstart" / "test.json").write_text(json.dumps({"seconds": 2.0, "test/success": 0.5}))
+    lines, ok = check.compare_study(old, new)
+    assert not ok and lines[1] == "warmstart: 1 differences; first: test.json: test/success 0.25 -> 0.5"
