@@ -268,3 +268,18 @@ def test_endpoints_pair_each_seed_and_say_not_shown_where_the_interval_covers_ze
     assert table.loc["test success", "diff"] == pytest.approx(0.0, abs=1e-9) and table.loc["test success", "shown"] == "not shown"
     text = rate_endpoints.endpoint_sentence(table.reset_index())
     assert "in test success SkillGate ends higher in 0, lower in 0 and not shown to differ in 1 of 1 studies" in text
+
+
+def test_the_ratio_under_each_measure_reads_each_measures_own_slopes():
+    from skillgate_lib.report import rate_measures
+
+    rng = np.random.default_rng(1)
+    learning = 0.06 + 0.005 * rng.standard_normal(8)
+    runs = pd.DataFrame(_runs("a", "a", learning, 2 * learning + 0.002 * rng.standard_normal(8)))
+    # under the choice both arms learn at the same rate, seed by seed: no speed-up
+    runs["slope_choice"] = np.tile(learning / 3, 2)
+    table = rate_measures.ratios_under_each_measure(runs, ["a"]).set_index("study")
+    assert table.loc["a", "ratio_oracle"] == pytest.approx(2.0, rel=0.05) and table.loc["a", "word_oracle"] == "faster"
+    assert table.loc["a", "ratio_choice"] == pytest.approx(1.0) and table.loc["a", "word_choice"] == "not shown faster"
+    shown = rate_measures.display_ratios(table.reset_index())
+    assert shown.loc["a", "ratio under the choice"].startswith("1.00 [")

@@ -300,12 +300,12 @@ def _rates(data_dir: Path) -> tuple[str, str, str]:
 
 def _rate_measures(data_dir: Path) -> str:
     """Both measures' slopes, side by side, in the studies whose runs logged both (the re-run ``easy`` and ``paper``)."""
-    from skillgate_lib.report import rates
+    from skillgate_lib.report import rate_measures, rates
     from skillgate_lib.report.markdown import markdown_table
 
     runs = rates.all_runs(data_dir / "runs" / "speed")
     both = [s for s in ("easy", "paper") if s in set(runs["study"])]
-    shown = rates.display_measures(rates.measures_side_by_side(runs, both)).reset_index()
+    shown = rate_measures.display_measures(rate_measures.measures_side_by_side(runs, both)).reset_index()
     return markdown_table([f"{c}" for c in shown.columns], [[f"`{v}`" if k == "study" else v for k, v in r.items()]
                                                              for r in shown.to_dict("records")], "lllrrr")
 

@@ -153,32 +153,6 @@ def all_runs(root: str | Path = SPEED_DIR) -> pd.DataFrame:
     return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
 
 
-def measures_side_by_side(runs: pd.DataFrame, studies: list[str]) -> pd.DataFrame:
-    """Per study and arm, at the arm's chosen step size: the mean slope of each measure of :data:`MEASURES` with its
-    Student-t interval over seeds (``<measure>``, ``<measure>_lo``, ``<measure>_hi``) and the validation oracle-read
-    at step 0 and at the end; for studies whose runs logged both measures."""
-    rows = []
-    chosen = runs[runs["chosen"] & runs["study"].isin(studies)]
-    for (study, method), g in chosen.groupby(["study", "method"], sort=True):
-        row = {"study": study, "arm": method, "seeds": int(g["seed"].nunique()),
-               "oracle_read_0": float(g["val_oracle_read_0"].mean()), "oracle_read_end": float(g["val_oracle_read_final"].mean())}
-        for key, col in MEASURE_COLUMNS.items():
-            row[key], row[f"{key}_lo"], row[f"{key}_hi"] = t_interval(g[col].to_numpy(dtype=float))
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def display_measures(side: pd.DataFrame) -> pd.DataFrame:
-    """:func:`measures_side_by_side` as text: each slope in logit per step with its interval, oracle-read in %."""
-    def ci(r, key):
-        return f"{getattr(r, key):+.3f} [{getattr(r, key + '_lo'):+.3f}, {getattr(r, key + '_hi'):+.3f}]"
-
-    return pd.DataFrame([{"study": r.study, "arm": r.arm, "seeds": r.seeds,
-                          "slope of logit(oracle-read)": ci(r, "oracle"), "slope of logit(choice)": ci(r, "choice"),
-                          "oracle-read, step 0 -> end": f"{100 * r.oracle_read_0:.0f} -> {100 * r.oracle_read_end:.0f} %"}
-                         for r in side.itertuples()]).set_index(["study", "arm"])
-
-
 def ratio_interval(num: np.ndarray, den: np.ndarray, seed: int = 0, n_boot: int = 4000) -> tuple[float, float, float]:
     """mean(num) / mean(den) over seed pairs and its BCa bootstrap interval (pairs resampled together);
     nan bounds for fewer than three pairs or a denominator whose resamples reach 0."""
