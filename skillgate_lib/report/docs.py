@@ -310,6 +310,18 @@ def _rate_measures(data_dir: Path) -> str:
                                                              for r in shown.to_dict("records")], "lllrrr")
 
 
+def _ratios_under_each_measure(data_dir: Path) -> str:
+    """The speed ratio under each measure in every study whose runs logged both (:mod:`skillgate_lib.report.rate_measures`)."""
+    from skillgate_lib.report import rate_measures, rates
+    from skillgate_lib.report.markdown import markdown_table
+
+    runs = rates.all_runs(data_dir / "runs" / "speed")
+    both = [s for s, g in runs.groupby("study") if g["slope_choice"].notna().all()]
+    shown = rate_measures.display_ratios(rate_measures.ratios_under_each_measure(runs, both)).reset_index()
+    return markdown_table(list(shown.columns), [[f"`{v}`" if k == "study" else str(v) for k, v in r.items()]
+                                                for r in shown.to_dict("records")], "lrll")
+
+
 def _lookahead(data_dir: Path) -> str:
     """The lookahead's predictions against the rate study (:mod:`skillgate_lib.report.lookahead`)."""
     from skillgate_lib.report import lookahead
@@ -359,6 +371,7 @@ def generated_blocks(figures_dir: Path = paths.FIGURES_DIR, data_dir: Path = pat
         "rate_summary": lambda: _rates(data_dir)[2],
         "rate_lookahead": lambda: _lookahead(data_dir),
         "rate_measures": lambda: _rate_measures(data_dir),
+        "rate_under_each_measure": lambda: _ratios_under_each_measure(data_dir),
         "smollm2_warmstart": lambda: _warmstart_readme(data_dir / "models" / "smollm2-sft"),
         "smollm2_choice": lambda: _smollm2_choice(diagnosis / "probes"),
         "diagnosis_paper": lambda: diagnosis_table(diagnosis / "summary.csv", DIAGNOSIS_CONDITIONS),
