@@ -215,6 +215,14 @@ def test_the_verdict_names_each_regime_that_is_not_shown_faster(tmp_path):
     text = rates.verdict_sentence(table, rates.predictor_fit(table))
     assert text.startswith("Outcome-only learns the choice in 30 steps in all 2 regimes; SkillGate learns it faster in 1 (")
     assert "; not shown faster in `b` (" in text and "a rule set after" not in text  # the rule left nothing out
+    summary = rates.rate_summary(table, rates.predictor_fit(table))  # docs/results.md says what the verdict says
+    assert "learns it faster (the ratio's interval above 1 and the paired slope difference's above 0) in 1 (" in summary
+    assert "and is not shown faster in 1 (`b` " in summary
+
+
+def test_the_summary_counts_a_ratio_above_1_with_a_paired_difference_covering_0_as_not_shown():
+    r = pd.Series({"ratio_lo": 1.08, "ratio_hi": 2.94, "diff_lo": -0.002, "diff_hi": 0.014})
+    assert rates.faster_word(r) == "not shown faster"
 
 
 def test_curves_take_each_arms_chosen_runs_and_the_choice_where_logged(tmp_path):

@@ -364,18 +364,18 @@ def rate_summary(table: pd.DataFrame, fit: pd.DataFrame) -> str:
     """The rate study's findings in a few generated sentences (docs/results.md)."""
     t = table[table["optimizer"] == "adamw"]
     rated = t[t["outcome_learns"]]
-    faster = rated[rated["ratio_lo"] > 1]
-    slower = rated[rated["ratio_hi"] < 1]
-    neither = rated[(rated["ratio_lo"] <= 1) & (rated["ratio_hi"] >= 1)]
+    word = pd.Series([faster_word(r) for r in rated.itertuples()], index=rated.index, dtype=object)
+    faster, slower, neither = (rated[word == w] for w in ("faster", "slower", "not shown faster"))
 
     def each(rows):
         return ", ".join(f"`{r.regime}` {r.ratio:.2f} [{r.ratio_lo:.2f}, {r.ratio_hi:.2f}]" for r in rows.itertuples())
 
     out = [f"With AdamW at each arm's best step size, outcome-only GRPO learns the choice (its slope's interval above 0, "
-           f"a rule added after the first three studies' results) in {len(rated)} of {len(t)} regimes; there SkillGate learns it faster in {len(faster)} "
+           f"a rule added after the first three studies' results) in {len(rated)} of {len(t)} regimes; there SkillGate learns it faster "
+           f"(the ratio's interval above 1 and the paired slope difference's above 0) in {len(faster)} "
            f"(speed ratio [BCa 95 %]: {each(faster) or 'none'})"
            + (f", slower in {len(slower)} ({each(slower)})" if len(slower) else "")
-           + (f", and neither, within the interval, in {len(neither)} ({each(neither)})" if len(neither) else "") + "."]
+           + (f", and is not shown faster in {len(neither)} ({each(neither)})" if len(neither) else "") + "."]
     if len(rated) < len(t):
         stalled = t[~t["outcome_learns"]]
         out.append("Where outcome-only GRPO does not learn the choice in 30 steps (validation oracle-read, start -> "
