@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from skillgate_lib.audit.stats import t_interval
+from skillgate_lib.report.rates import paired_arms
 
 #: Run-table column -> what it measures, in the order they are shown.
 ENDPOINTS = {"val_success_final": "validation success", "val_oracle_read_final": "validation oracle-read",
@@ -27,17 +28,12 @@ def endpoint_table(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per study and endpoint: the seed pairs, each arm's mean and the paired difference with its
     t-interval (all in percentage points); endpoints a study did not log are left out."""
     rows = []
-    for study, g in runs[runs["chosen"]].groupby("study", sort=True):
-        arms = {m: g[g["method"] == m].set_index("seed") for m in ("outcome", "skillgate")}
-        seeds = sorted(set(arms["outcome"].index) & set(arms["skillgate"].index))
-        if len(seeds) < 2:
-            continue
-        o, s = arms["outcome"].loc[seeds], arms["skillgate"].loc[seeds]
+    for study, g, o, s in paired_arms(runs):
         for col, label in ENDPOINTS.items():
             if col not in g or o[col].isna().any() or s[col].isna().any():
                 continue
             d, lo, hi = t_interval(100 * (s[col].to_numpy() - o[col].to_numpy()))
-            rows.append({"study": study, "endpoint": label, "seeds": len(seeds), "outcome": 100 * o[col].mean(),
+            rows.append({"study": study, "endpoint": label, "seeds": len(o), "outcome": 100 * o[col].mean(),
                          "skillgate": 100 * s[col].mean(), "diff": d, "diff_lo": lo, "diff_hi": hi,
                          "shown": "SkillGate higher" if lo > 0 else "SkillGate lower" if hi < 0 else "not shown"})
     return pd.DataFrame(rows)

@@ -191,6 +191,17 @@ def _summed_shares(path: Path) -> dict[tuple[str, str], float]:
     return {(r.regime, r.model): float(r.median_share_summed) for r in t.itertuples()}
 
 
+def paired_arms(runs: pd.DataFrame):
+    """Per study (sorted), its runs at each arm's chosen step size and both arms' rows on the seeds they share,
+    in seed order: ``(study, runs, outcome rows, SkillGate rows)``, the rows indexed by seed; studies with fewer
+    than 2 shared seeds are skipped."""
+    for study, g in runs[runs["chosen"]].groupby("study", sort=True):
+        arms = {m: g[g["method"] == m].set_index("seed") for m in ("outcome", "skillgate")}
+        seeds = sorted(set(arms["outcome"].index) & set(arms["skillgate"].index))
+        if len(seeds) >= 2:
+            yield study, g, arms["outcome"].loc[seeds], arms["skillgate"].loc[seeds]
+
+
 def rate_table(runs: pd.DataFrame, probes_dir: str | Path = paths.DATA_DIR / "runs" / "diagnosis" / "probes",
                proxy_csv: str | Path = paths.DATA_DIR / "runs" / "diagnosis" / "gradient_proxy" / "summary.csv",
                selector_coef: float = 0.2) -> pd.DataFrame:
@@ -201,14 +212,9 @@ def rate_table(runs: pd.DataFrame, probes_dir: str | Path = paths.DATA_DIR / "ru
     if "slope_primary" not in runs:  # a table built before studies declared their measure: the oracle-read slope
         runs = runs.assign(slope_primary=runs["slope_val"], measure="oracle")
     rows = []
-    for study, g in runs[runs["chosen"]].groupby("study", sort=True):
-        arms = {m: g[g["method"] == m].set_index("seed") for m in ("outcome", "skillgate")}
-        seeds = sorted(set(arms["outcome"].index) & set(arms["skillgate"].index))
-        if len(seeds) < 2:
-            continue
-        o, s = arms["outcome"].loc[seeds], arms["skillgate"].loc[seeds]
+    for study, g, o, s in paired_arms(runs):
         regime, optimizer, model = g["regime"].iloc[0], g["optimizer"].iloc[0], g["model"].iloc[0]
-        row = {"study": study, "regime": regime, "optimizer": optimizer, "seeds": len(seeds),
+        row = {"study": study, "regime": regime, "optimizer": optimizer, "seeds": len(o),
                "lr_outcome": o["lr"].iloc[0], "lr_skillgate": s["lr"].iloc[0]}
         for name, arm in (("outcome", o), ("skillgate", s)):
             row[f"slope_{name}"], row[f"slope_{name}_lo"], row[f"slope_{name}_hi"] = t_interval(arm["slope_primary"])
