@@ -5,8 +5,6 @@ or re-run since the choice was logged), each arm's slopes and the speed ratio ca
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 
 from skillgate_lib.audit.stats import t_interval
@@ -44,10 +42,9 @@ def ratios_under_each_measure(runs: pd.DataFrame, studies: list[str]) -> pd.Data
     difference (t-interval) under each measure, at the step sizes the study chose (under its plan's measure), with
     :func:`skillgate_lib.report.rates.faster_word`'s verdict under each."""
     rows = {}
-    nowhere = Path("/nonexistent")  # no predictions are needed here
     for key, col in MEASURE_COLUMNS.items():
         sub = runs[runs["study"].isin(studies)].assign(slope_primary=lambda r, c=col: r[c], measure=key)
-        for r in rate_table(sub, nowhere, nowhere / "none.csv").itertuples():
+        for r in rate_table(sub, probes_dir=None, proxy_csv=None).itertuples():
             row = rows.setdefault(r.study, {"study": r.study, "seeds": r.seeds})
             row.update({f"ratio_{key}": r.ratio_all, f"ratio_{key}_lo": r.ratio_all_lo, f"ratio_{key}_hi": r.ratio_all_hi,
                         f"diff_{key}": r.diff, f"diff_{key}_lo": r.diff_lo, f"diff_{key}_hi": r.diff_hi,

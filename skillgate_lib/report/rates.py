@@ -202,13 +202,15 @@ def paired_arms(runs: pd.DataFrame):
             yield study, g, arms["outcome"].loc[seeds], arms["skillgate"].loc[seeds]
 
 
-def rate_table(runs: pd.DataFrame, probes_dir: str | Path = paths.DATA_DIR / "runs" / "diagnosis" / "probes",
-               proxy_csv: str | Path = paths.DATA_DIR / "runs" / "diagnosis" / "gradient_proxy" / "summary.csv",
+def rate_table(runs: pd.DataFrame, probes_dir: str | Path | None = paths.DATA_DIR / "runs" / "diagnosis" / "probes",
+               proxy_csv: str | Path | None = paths.DATA_DIR / "runs" / "diagnosis" / "gradient_proxy" / "summary.csv",
                selector_coef: float = 0.2) -> pd.DataFrame:
-    """One row per study: both arms at their choice, paired by seed, and the predicted ratios (module docstring)."""
+    """One row per study: both arms at their choice, paired by seed, and the predicted ratios (module docstring).
+    ``probes_dir`` / ``proxy_csv`` ``None``: no predictions (their columns nan)."""
     from skillgate_lib.theory import predicted_signal_ratio
 
-    probes, summed = _probes(Path(probes_dir)), _summed_shares(Path(proxy_csv))
+    probes = _probes(Path(probes_dir)) if probes_dir is not None else {}
+    summed = _summed_shares(Path(proxy_csv)) if proxy_csv is not None else {}
     if "slope_primary" not in runs:  # a table built before studies declared their measure: the oracle-read slope
         runs = runs.assign(slope_primary=runs["slope_val"], measure="oracle")
     rows = []
