@@ -286,6 +286,8 @@ def test_the_ratio_under_each_measure_reads_each_measures_own_slopes():
     runs = pd.DataFrame(_runs("a", "a", learning, 2 * learning + 0.002 * rng.standard_normal(8)))
     # under the choice both arms learn at the same rate, seed by seed: no speed-up
     runs["slope_choice"] = np.tile(learning / 3, 2)
+    assert rate_measures.logged_both(runs) == ["a"]
+    assert rate_measures.logged_both(runs.assign(slope_choice=np.nan)) == []  # a study before the choice was logged
     table = rate_measures.ratios_under_each_measure(runs, ["a"]).set_index("study")
     assert table.loc["a", "ratio_oracle"] == pytest.approx(2.0, rel=0.05) and table.loc["a", "word_oracle"] == "faster"
     assert table.loc["a", "ratio_choice"] == pytest.approx(1.0) and table.loc["a", "word_choice"] == "not shown faster"

@@ -301,25 +301,28 @@ def _rates(data_dir: Path) -> tuple[str, str, str]:
 def _rate_measures(data_dir: Path) -> str:
     """Both measures' slopes, side by side, in the studies whose runs logged both (the re-run ``easy`` and ``paper``)."""
     from skillgate_lib.report import rate_measures, rates
-    from skillgate_lib.report.markdown import markdown_table
 
     runs = rates.all_runs(data_dir / "runs" / "speed")
     both = [s for s in ("easy", "paper") if s in set(runs["study"])]
-    shown = rate_measures.display_measures(rate_measures.measures_side_by_side(runs, both)).reset_index()
-    return markdown_table([f"{c}" for c in shown.columns], [[f"`{v}`" if k == "study" else v for k, v in r.items()]
-                                                             for r in shown.to_dict("records")], "lllrrr")
+    return _study_markdown(rate_measures.display_measures(rate_measures.measures_side_by_side(runs, both)), "lllrrr")
+
+
+def _study_markdown(shown, align: str) -> str:
+    """A displayed table indexed by study (and arm) as Markdown, the study names as code."""
+    from skillgate_lib.report.markdown import markdown_table
+
+    flat = shown.reset_index()
+    return markdown_table(list(flat.columns), [[f"`{v}`" if k == "study" else str(v) for k, v in r.items()]
+                                               for r in flat.to_dict("records")], align)
 
 
 def _ratios_under_each_measure(data_dir: Path) -> str:
     """The speed ratio under each measure in every study whose runs logged both (:mod:`skillgate_lib.report.rate_measures`)."""
     from skillgate_lib.report import rate_measures, rates
-    from skillgate_lib.report.markdown import markdown_table
 
     runs = rates.all_runs(data_dir / "runs" / "speed")
-    both = [s for s, g in runs.groupby("study") if g["slope_choice"].notna().all()]
-    shown = rate_measures.display_ratios(rate_measures.ratios_under_each_measure(runs, both)).reset_index()
-    return markdown_table(list(shown.columns), [[f"`{v}`" if k == "study" else str(v) for k, v in r.items()]
-                                                for r in shown.to_dict("records")], "lrll")
+    ratios = rate_measures.ratios_under_each_measure(runs, rate_measures.logged_both(runs))
+    return _study_markdown(rate_measures.display_ratios(ratios), "lrll")
 
 
 def _lookahead(data_dir: Path) -> str:

@@ -37,6 +37,11 @@ def display_measures(side: pd.DataFrame) -> pd.DataFrame:
                          for r in side.itertuples()]).set_index(["study", "arm"])
 
 
+def logged_both(runs: pd.DataFrame) -> list[str]:
+    """The studies every one of whose runs logged both measures (the choice beside the oracle-read), sorted."""
+    return [study for study, g in runs.groupby("study", sort=True) if g["slope_choice"].notna().all()]
+
+
 def ratios_under_each_measure(runs: pd.DataFrame, studies: list[str]) -> pd.DataFrame:
     """Per study, the speed ratio SkillGate / outcome-only (BCa interval over the seed pairs) and the paired slope
     difference (t-interval) under each measure, at the step sizes the study chose (under its plan's measure), with
