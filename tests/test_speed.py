@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -158,6 +159,18 @@ def test_a_small_study_runs_extends_resumes_and_exports(tmp_path):
     before = (tmp_path / "study" / "selection.json").read_text()
     assert speed.run_speed(plan, tmp_path / "study", workers=1, progress=False) == chosen  # resumes: nothing new
     assert (tmp_path / "study" / "selection.json").read_text() == before
+    # a run stopped before its adapter was saved (a study carried to a fresh machine with its checkpoint) continues
+    # from the checkpoint, where a fresh start would refuse a directory that holds a run
+    m = "skillgate"
+    stopped = tmp_path / "study" / rates.speed_run_name(m, chosen[m]["value"], 1)
+    test_before = json.loads((stopped / "test.json").read_text())
+    shutil.rmtree(stopped / "adapter")
+    (stopped / "test.json").unlink()
+    assert speed.run_speed(plan, tmp_path / "study", workers=1, progress=False) == chosen
+    assert (stopped / "adapter" / "adapter_config.json").exists()
+    test_after = json.loads((stopped / "test.json").read_text())
+    assert {k: v for k, v in test_after.items() if k != "seconds"} == {k: v for k, v in test_before.items()
+                                                                       if k != "seconds"}
     n = protocol.export(tmp_path / "study", tmp_path / "kept")
     kept = sorted(p.name for p in (tmp_path / "kept").rglob("*") if p.is_file())
     assert n == len(kept) and set(kept) == {"plan.json", "selection.json", *protocol.KEPT}

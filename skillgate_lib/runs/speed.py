@@ -125,7 +125,8 @@ def _score(plan: SpeedPlan, out_dir: Path, method: str, lr: float) -> float:
 def run_speed(plan: SpeedPlan, out_dir: str | Path, workers: int = 2, progress: bool = True, device: str = "cpu",
               together: int = 8, threads: int | None = None) -> dict:
     """Run (or resume) ``plan`` under ``out_dir`` (module docstring); returns the selection. ``threads``: torch threads
-    per worker (default: the cores split among the workers)."""
+    per worker (default: the cores split among the workers). On resume a finished run is skipped and an interrupted
+    one continues from its last checkpoint, to the numbers it would have logged uninterrupted."""
     from skillgate_lib.runs.compare import train_all
 
     out_dir = Path(out_dir)
@@ -136,7 +137,7 @@ def run_speed(plan: SpeedPlan, out_dir: str | Path, workers: int = 2, progress: 
     while True:
         configs = [plan.config(m, v, s, out_dir, threads, device) for m in plan.methods for v in grids[m]
                    for s in plan.search_seeds]
-        train_all(configs, workers, False, progress, f"{plan.name}: search", together)
+        train_all(configs, workers, True, progress, f"{plan.name}: search", together)
         grew = False
         for m in plan.methods:
             scores = {v: _score(plan, out_dir, m, v) for v in grids[m]}
@@ -158,7 +159,7 @@ def run_speed(plan: SpeedPlan, out_dir: str | Path, workers: int = 2, progress: 
     first = max(plan.search_seeds) + 1
     further = list(range(first, first + plan.seeds - len(plan.search_seeds)))
     more = [plan.config(m, chosen[m]["value"], s, out_dir, threads, device) for m in plan.methods for s in further]
-    train_all(more, workers, False, progress, f"{plan.name}: seeds", together)
+    train_all(more, workers, True, progress, f"{plan.name}: seeds", together)
     seeds = [*plan.search_seeds, *further]
     jobs = [(str(out_dir / speed_run_name(m, chosen[m]["value"], s)), plan.regime, plan.test_tasks, None, threads, device)
             for m in plan.methods for s in seeds]
@@ -219,7 +220,8 @@ def speed_main(argv: list[str] | None = None) -> int:
         source = (f"timed here: {step_s:.1f} s a step (median of {len(timed['step_seconds'])}), {eval_s:.0f} s an "
                   f"evaluation of 256 instances, {threads} thread(s), one job")
     print(f"estimated wall time: {estimate_speed_minutes(plan, args.workers, step_s, eval_s):.0f} min with {args.workers} "
-          f"workers, before any grid extension (finished runs are skipped on resume); from {source}", flush=True)
+          f"workers, before any grid extension (on resume finished runs are skipped, interrupted ones continue from "
+          f"their checkpoint); from {source}", flush=True)
     command = f"python -m skillgate_lib speed --regime {args.regime} --optimizer {args.optimizer} --export {args.export or out}"
     try:
         preregister.preregistration(plan.to_json(), out, args.export, args.dry_run, args.uncommitted_plan, command)

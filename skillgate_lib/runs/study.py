@@ -284,7 +284,8 @@ TOGETHER = 8
 
 def run_study(plan: Plan, out_dir: str | Path, workers: int = 2, progress: bool = True, device: str = "auto",
               together: int = TOGETHER) -> dict:
-    """Run (or resume) ``plan`` under ``out_dir``; returns the selection. Finished runs and tests are skipped.
+    """Run (or resume) ``plan`` under ``out_dir``; returns the selection. Finished runs and tests are skipped;
+    an interrupted run continues from its last checkpoint.
 
     ``together``: runs trained together in one worker (:func:`skillgate_lib.runs.multirun.train_together`: the same
     numbers up to the rounding of the sampling logits); 1 trains each run alone, as before.
@@ -299,7 +300,7 @@ def run_study(plan: Plan, out_dir: str | Path, workers: int = 2, progress: bool 
     sel.write_text(json.dumps(chosen, indent=1) + "\n")
     more = [plan.config(a, chosen_point(a, chosen[a.method]), s, out_dir, threads, device)
             for a in plan.arms for s in _seeds(plan, a) if s not in plan.search_seeds]
-    train_all(more, workers, False, progress, f"{plan.name}: seeds", together)
+    train_all(more, workers, True, progress, f"{plan.name}: seeds", together)
     jobs = [(str(p), plan.regime, plan.test_tasks, None, threads, device)
             for p in runs_at_chosen_point(plan, out_dir, chosen)]
     jobs.append((str(out_dir / "warmstart"), plan.regime, plan.test_tasks, plan.model, threads, device))
@@ -315,7 +316,7 @@ def search(plan: Plan, out_dir: Path, threads: int, workers: int, progress: bool
     while True:
         configs = [plan.config(a, p, s, out_dir, threads, device) for a in plan.arms
                    for p in a.points(grids[a.method]) for s in plan.search_seeds]
-        train_all(configs, workers, False, progress, f"{plan.name}: search", together)
+        train_all(configs, workers, True, progress, f"{plan.name}: search", together)
         chosen = select(plan, out_dir, grids)
         grew = False
         for a in plan.arms:
@@ -382,7 +383,7 @@ def study_main(argv: list[str] | None = None) -> int:
     if plan.extend:
         print(f"  a choice at an edge of a grid extends it by one value, up to {plan.extend} times")
     print(f"estimated wall time: {estimate_study_minutes(plan, args.workers):.0f} min with {args.workers} workers "
-          "(finished runs are skipped on resume)", flush=True)
+          "(on resume finished runs are skipped and interrupted ones continue from their checkpoint)", flush=True)
     command = f"python -m skillgate_lib study --plan {args.plan} --export {args.export or out}"
     try:
         preregister.preregistration(plan.to_json(), out, args.export, args.dry_run, args.uncommitted_plan, command)
