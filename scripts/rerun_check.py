@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -87,6 +88,39 @@ def compare_study(old: Path, new: Path) -> tuple[list[str], bool]:
     return lines, ok
 
 
+def difference_summary(old: Path, new: Path) -> list[dict]:
+    """Where a re-run differs, by logged number: for each metric (and test field) that differs anywhere, in how many
+    records it differs, in which splits, in how many runs, and its largest relative difference. A re-run on another
+    CPU differs by rounding first (training diagnostics such as the loss), and only where a rounding flips a sampled
+    token does a rollout or an evaluation change; this tells the two apart."""
+    seen: dict[str, dict] = {}
+
+    def note(key: str, split: str, run: str, a, b) -> None:
+        s = seen.setdefault(key, {"metric": key, "records": 0, "splits": set(), "runs": set(), "max_rel": 0.0})
+        s["records"] += 1
+        s["splits"].add(split)
+        s["runs"].add(run)
+        try:
+            rel = abs(b - a) / max(abs(a), 1e-12)
+        except TypeError:
+            rel = math.inf
+        s["max_rel"] = max(s["max_rel"], rel)
+
+    for run in sorted(p.name for p in old.iterdir() if p.is_dir() and (new / p.name).is_dir()):
+        if (old / run / "metrics.jsonl").exists() and (new / run / "metrics.jsonl").exists():
+            for a, b in zip(_rows(old / run / "metrics.jsonl"), _rows(new / run / "metrics.jsonl")):
+                for key, value in a.items():
+                    if not key.startswith(IGNORED_METRICS) and key in b and b[key] != value:
+                        note(key, str(a.get("split")), run, value, b[key])
+        if (old / run / "test.json").exists() and (new / run / "test.json").exists():
+            a, b = (json.loads((d / run / "test.json").read_text()) for d in (old, new))
+            for key in sorted(set(a) - IGNORED_TEST):
+                if key in b and a[key] != b[key]:
+                    note(key, "test", run, a[key], b[key])
+    return [{**s, "splits": sorted(s["splits"]), "runs": len(s["runs"])}
+            for s in sorted(seen.values(), key=lambda s: (-s["records"], s["metric"]))]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("study", type=Path, help="the committed export (data/runs/speed/<study>)")
@@ -98,6 +132,11 @@ def main(argv: list[str] | None = None) -> int:
     lines, ok = compare_study(args.study, args.rerun)
     print("\n".join(lines))
     print(f"{args.rerun}: " + ("every number the first study logged is reproduced" if ok else "NOT reproduced"))
+    if not ok:
+        print("where it differs (records, splits, runs, largest relative difference):")
+        for s in difference_summary(args.study, args.rerun):
+            print(f"  {s['metric']}: {s['records']} records ({', '.join(s['splits'])}) in {s['runs']} runs, "
+                  f"up to {s['max_rel']:.2g}")
     return 0 if ok else 1
 
 

@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "rerun_check.py"
 
@@ -67,3 +69,20 @@ def test_the_test_record_must_match_but_for_its_wall_time(tmp_path):
     (new / "warmstart" / "test.json").write_text(json.dumps({"seconds": 2.0, "test/success": 0.5}))
     lines, ok = check.compare_study(old, new)
     assert not ok and lines[1] == "warmstart: 1 differences; first: test.json: test/success 0.25 -> 0.5"
+
+
+def test_the_summary_tells_rounding_in_training_from_a_changed_evaluation(tmp_path, capsys):
+    check = _load()
+    old = _export(tmp_path / "old", STUDY)
+    other_cpu = {k: [dict(r) for r in rows] for k, rows in STUDY.items()}
+    other_cpu["outcome-lr0.01-seed0"][1]["loss"] = 0.125 * (1 + 1e-6)  # rounding in a training diagnostic
+    new = _export(tmp_path / "new", other_cpu)
+    assert check.difference_summary(old, new) == [{"metric": "loss", "records": 1, "splits": ["train"], "runs": 1,
+                                                   "max_rel": pytest.approx(1e-6)}]
+    other_cpu["outcome-lr0.01-seed0"][0]["eval/oracle_read"] = 0.25 + 1 / 256  # one instance flipped
+    new = _export(tmp_path / "flipped", other_cpu)
+    summary = {s["metric"]: s for s in check.difference_summary(old, new)}
+    assert summary["eval/oracle_read"]["splits"] == ["eval"] and summary["eval/oracle_read"]["max_rel"] == pytest.approx(1 / 64)
+    assert check.main([str(old), str(new)]) == 1
+    out = capsys.readouterr().out
+    assert "NOT reproduced" in out and "eval/oracle_read: 1 records (eval) in 1 runs" in out
