@@ -7,8 +7,9 @@ and is worth keeping only if it is faster. This times one GRPO step's rollouts o
 ``paper_f30`` (``smollm2-sft``, the trainer's fresh LoRA, bf16 autocast, ``--prompts`` tasks x ``--group``
 rollouts, the trainer's own :func:`~skillgate_lib.policy.rollout.generate`) in a fresh process per draw, once
 with the code of ``--base`` (checked out into ``build/bench/base-<commit>``) and once with this working
-tree, alternating (base, new, then new, base, ...) so that a load that comes and goes falls on both. Each
-draw reports its seconds and a digest of every rollout's tokens; the record says whether the digests agree.
+tree, after one untimed warm-up draw a side, alternating (base, new, then new, base, ...) so that a load
+that comes and goes falls on both. Each draw reports its seconds and a digest of every rollout's tokens;
+the record says whether the digests agree.
 Writes ``build/bench/decode_commits.json`` (or ``--out``).
 """
 
@@ -81,6 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     sides = {"base": _tree(args.base), "new": ROOT}
     order = [("base", "new") if r % 2 == 0 else ("new", "base") for r in range(args.repeats)]
     draws = {s: [] for s in sides}
+    warmup = {}
+    for side in sides:  # the first draws of a machine run slower (caches, clocks): one untimed draw a side
+        warmup[side] = _draw(sides[side], args)["seconds"]
+        print(f"warm-up {side}: {warmup[side]:.1f} s", flush=True)
     load_before = os.getloadavg()
     for r, pair in enumerate(order):
         for side in pair:
@@ -93,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
                                      check=True).stdout.strip(),
               "change": args.change, "model": "smollm2-sft", "regime": "paper_f30", "bf16": True,
               "prompts": args.prompts, "group": args.group, "threads": args.threads, "repeats": args.repeats,
-              "order": [list(pair) for pair in order], "draws": draws, "median_s": median,
+              "order": [list(pair) for pair in order], "warmup_s": warmup, "draws": draws, "median_s": median,
               "ratio_base_over_new": median["base"] / median["new"],
               "same_tokens": len({d["digest"] for s in sides for d in draws[s]}) == 1,
               "load_average_before": list(load_before), "load_average_after": list(os.getloadavg())}

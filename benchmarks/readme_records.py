@@ -130,7 +130,22 @@ def together_smollm2_block(r: dict) -> str:
             "another.\n")
 
 
-BLOCKS = {"device_cuda_h200": device_block, "study": study_block, "study_steps20": study_block, "grpo_step_160": grpo_step_160_block,
+def decode_commits_block(r: dict) -> str:
+    """``bench_decode_commits.py``: SmolLM2 rollouts with a base commit's decode path and with a change's, alternating."""
+    seconds = {side: ", ".join(f"{d['seconds']:.1f}" for d in r["draws"][side]) for side in ("base", "new")}
+    rows = "\n".join(f"| {side} | {seconds[side]} | {r['median_s'][side]:.1f} |" for side in ("base", "new"))
+    same = ("every draw drew the same tokens (one digest of all rollouts)" if r["same_tokens"] else
+            "**the draws differ** in their tokens")
+    return (f"`python benchmarks/bench_decode_commits.py --base {r['base'][:7]} --prompts {r['prompts']} --group {r['group']} "
+            f"--repeats {r['repeats']} --threads {r['threads']}` (`{r['model']}` in `{r['regime']}`, {r['prompts']} x "
+            f"{r['group']} rollouts, bf16 autocast, {r['threads']} torch threads, a fresh process a draw, the sides "
+            f"alternating; load average {_load(r['load_average_before'])} before, {_load(r['load_average_after'])} after; "
+            f"the change: {r['change']}):\n\n"
+            "| side | seconds per draw | median s |\n|---|---|---:|\n" + rows + "\n\n"
+            f"Base / change: **{r['ratio_base_over_new']:.2f}x**; {same}.\n")
+
+
+BLOCKS = {"device_cuda_h200": device_block, "decode_gqa_chunks": decode_commits_block, "study": study_block, "study_steps20": study_block, "grpo_step_160": grpo_step_160_block,
           "grpo_step_smollm2": grpo_step_paired_block, "together_smollm2": together_smollm2_block}
 
 

@@ -209,11 +209,9 @@ class LeanLlama:
     attends over exactly the used columns, as the model's growing cache would. ``room`` is the
     number of columns reserved after the prompt; the cache doubles when a step needs more.
 
-    Grouped key/value heads (GQA, as in SmolLM2): a one-column step with a mask packs each group's query
-    heads as columns of their key/value head; every other sdpa call passes ``enable_gqa``, where transformers
-    repeats the keys and values when there is a mask. The kernel computes the same dot products in the same
-    order either way, so the logits are still the model's own bit for bit (``tests/test_decoder.py``), without
-    a repeated copy of the cache per chunk. Eager repeats them, as transformers' eager attention does.
+    Grouped key/value heads (GQA, as in SmolLM2) take the path transformers' sdpa attention takes
+    for the same call (``enable_gqa`` without a mask, the query heads packed for a one-column step
+    with a mask, repeated keys and values otherwise; repeated keys and values for eager).
 
     Built inside a bf16 autocast (``--bf16``), it casts the projections' weights and the head to
     bf16 once, where autocast would cast them in every call, and holds the cache in bf16, which is
@@ -311,10 +309,12 @@ class LeanLlama:
             weights = F.softmax(weights, dim=-1, dtype=torch.float32).to(q.dtype)
             out = torch.matmul(weights, values)
         else:
-            if self.groups > 1 and width == 1 and mask is not None:  # a query head's group as columns of its kv head
-                q = q.reshape(rows, self.kv_heads, self.groups, self.head_dim)
-            elif self.groups > 1:  # the kernel reads each key/value head for its group: no repeated copy
+            if self.groups > 1 and mask is None:
                 gqa = {"enable_gqa": True}
+            elif self.groups > 1 and width == 1:  # a query head's group as columns of its key/value head
+                q = q.reshape(rows, self.kv_heads, self.groups, self.head_dim)
+            else:
+                keys, values = _repeat_kv(keys, self.groups), _repeat_kv(values, self.groups)
             out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, dropout_p=0.0, scale=self.scaling,
                                                  is_causal=mask is None and width > 1, **gqa)
             out = out.reshape(rows, -1, width, self.head_dim)
