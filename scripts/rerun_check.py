@@ -1,6 +1,6 @@
 """Does a re-run of a rate study reproduce the study it re-runs?
 
-    python scripts/rerun_check.py data/runs/speed/paper_note8 data/runs/speed_rerun/paper_note8
+    python scripts/rerun_check.py data/runs/speed/paper_note8 build/rerun/paper_note8    # a committed study, its re-run
 
 Both folders are exports of ``python -m skillgate_lib speed`` (``plan.json``, ``selection.json``, one folder
 per run with ``config.json`` and ``metrics.jsonl``). The re-run may add metrics (the choice, ``eval/choice*``)
