@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
 
-from skillgate_lib import paths
+import repo_scripts
 
-_SPEC = importlib.util.spec_from_file_location("readme_records", paths.REPO_ROOT / "benchmarks" / "readme_records.py")
-readme_records = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(readme_records)
+readme_records = repo_scripts.load("benchmarks/readme_records.py")
 
 
 def test_the_readmes_blocks_are_rendered_from_the_committed_records():

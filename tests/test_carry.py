@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "carry.py"
+import repo_scripts
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("carry", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return repo_scripts.load("scripts/carry.py")
 
 
 def _touch(path: Path, text: str = "{}") -> Path:

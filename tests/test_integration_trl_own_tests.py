@@ -7,15 +7,12 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "trl_own_tests.py"
+import repo_scripts
 
 
 @pytest.fixture(scope="module")
 def own():
-    spec = importlib.util.spec_from_file_location("trl_own_tests", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return repo_scripts.load("scripts/trl_own_tests.py")
 
 
 def test_the_stand_in_tokenizer_has_qwen_ids_and_trl_chat_template(own):

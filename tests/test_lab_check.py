@@ -8,7 +8,6 @@ then put the notebook back.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -17,16 +16,14 @@ from pathlib import Path
 import nbformat
 import pytest
 
+import repo_scripts
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "lab_check.py"
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("lab_check", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass looks its module up
-    spec.loader.exec_module(module)
-    return module
+    return repo_scripts.load("scripts/lab_check.py")
 
 
 lab_check = _load()

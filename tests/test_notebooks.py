@@ -22,6 +22,8 @@ import yaml
 
 from skillgate_lib import notebooks, paths
 
+import repo_scripts
+
 NOTEBOOKS = notebooks.notebook_paths()
 ids = [p.stem for p in NOTEBOOKS]
 HOOKS = paths.REPO_ROOT / ".pre-commit-config.yaml"
@@ -251,14 +253,10 @@ def test_git_reads_notebooks_through_the_nbstripout_filter_with_the_hooks_argume
     """``.gitattributes`` routes every notebook through the ``nbstripout`` filter, and the filter
     ``scripts/git_filter.py`` defines (``make install``) strips with the pre-commit hook's arguments, so
     an autosaved notebook with outputs is what git would commit: unchanged."""
-    import importlib.util
-
     for nb in NOTEBOOKS:
         out = subprocess.run(["git", "-C", str(paths.REPO_ROOT), "check-attr", "filter", "--", str(nb)],
                              capture_output=True, text=True, check=True).stdout
         assert out.strip().endswith("filter: nbstripout"), out
-    spec = importlib.util.spec_from_file_location("git_filter", paths.REPO_ROOT / "scripts" / "git_filter.py")
-    git_filter = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(git_filter)
+    git_filter = repo_scripts.load("scripts/git_filter.py")
     command = git_filter.clean_command("python")
     assert command.startswith("python -m nbstripout --keep-id") and "metadata.papermill" in command

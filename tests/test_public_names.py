@@ -9,6 +9,8 @@ from pathlib import Path
 
 from skillgate_lib import paths
 
+import repo_scripts
+
 LIB = paths.REPO_ROOT / "skillgate_lib"
 
 #: Names every command module defines for the same job: ``python -m skillgate_lib COMMAND`` calls the module's
@@ -28,12 +30,7 @@ OUTSTANDING = {
 
 def _import_graph():
     """``scripts/import_graph.py``, the one reader of the library's modules and import edges."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("import_graph", paths.REPO_ROOT / "scripts" / "import_graph.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return repo_scripts.load("scripts/import_graph.py")
 
 
 def _modules(root: Path) -> dict[str, Path]:

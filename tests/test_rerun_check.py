@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "rerun_check.py"
+import repo_scripts
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("rerun_check", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return repo_scripts.load("scripts/rerun_check.py")
 
 
 def _export(root: Path, rows_by_run: dict, chosen: float = 0.01) -> Path:
