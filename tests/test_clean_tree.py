@@ -45,7 +45,7 @@ def _clone_of_the_working_tree(dest: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_notebooks_01_02_04_and_05_at_their_defaults_leave_the_tracked_tree_unchanged(tmp_path):
+def test_notebooks_01_02_04_05_and_06_at_their_defaults_leave_the_tracked_tree_unchanged(tmp_path):
     clone = _clone_of_the_working_tree(tmp_path / "clone")
     tracked = [clone / rel for rel in _git("ls-files", "-z", cwd=clone).split("\0") if rel]
     before = {p: p.stat().st_mtime_ns for p in tracked}
@@ -54,7 +54,7 @@ def test_notebooks_01_02_04_and_05_at_their_defaults_leave_the_tracked_tree_unch
     code = ("import sys\nfrom pathlib import Path\nfrom skillgate_lib import notebooks, paths\n"
             "assert paths.REPO_ROOT == Path(sys.argv[1]), paths.REPO_ROOT\n"
             "for name in ('01_credit_starvation_theory', '02_audit_training_logs', '04_paper_figures',\n"
-            "             '05_what_starves_the_selector'):\n"
+            "             '05_what_starves_the_selector', '06_a_pretrained_model'):\n"
             "    notebooks.run_notebook(notebooks.NOTEBOOK_DIR / f'{name}.ipynb', Path(sys.argv[2]))\n")
     done = subprocess.run([sys.executable, "-c", code, str(clone), str(tmp_path / "executed")], cwd=clone, env=env,
                           capture_output=True, text=True)
@@ -63,7 +63,8 @@ def test_notebooks_01_02_04_and_05_at_their_defaults_leave_the_tracked_tree_unch
     touched = sorted(str(p.relative_to(clone)) for p in tracked if p.stat().st_mtime_ns != before[p])
     assert not touched, f"rewritten with the same bytes: {touched}"  # a figure regenerated identically was still written
     written = {p.name for p in (clone / "build" / "figures").glob("*")}
-    assert {"theory_share.png", "audit_gradient_share.png", "fig1_teaser.png", "results_table.md"} <= written, sorted(written)
+    assert {"theory_share.png", "audit_gradient_share.png", "fig1_teaser.png", "results_table.md",
+                       "pretrained_probe.png"} <= written, sorted(written)
 
 
 def test_the_clean_tree_check_sees_a_rewritten_figure(tmp_path):

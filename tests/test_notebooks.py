@@ -203,9 +203,24 @@ def test_notebook_runs_headless(path, tmp_path, monkeypatch):
     assert not errors
 
 
+@pytest.mark.slow
+def test_notebook_06_draws_a_study_and_its_preregistered_prediction(tmp_path, monkeypatch):
+    """Until SmolLM2's study lands, notebook 06 at its defaults shows its plan; its sections for a study that has run
+    and a prediction committed before it run here on the tiny model's preregistered study instead."""
+    monkeypatch.setenv("SKILLGATE_BUILD", str(tmp_path / "build"))
+    path = notebooks.NOTEBOOK_DIR / "06_a_pretrained_model.ipynb"
+    out = notebooks.run_notebook(path, tmp_path / "executed", {"study": "paper_note8_h68",
+                                                               "figures_dir": str(tmp_path / "figures")})
+    cells = json.loads(out.read_text())["cells"]
+    assert not [o for c in cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    text = "".join("".join(o.get("text", "")) for c in cells for o in c.get("outputs", []))
+    assert "Preregistered for `paper_note8_h68`" in text and "all claims hold; paper_note8_h68: run" in text
+    assert (tmp_path / "figures" / "pretrained_rate_curves.png").exists()
+
+
 #: The parameters naming where each notebook writes (notebook 02, not listed, writes figures/ through savefig).
 WRITES = {"01": ("figures_dir",), "02": ("figures_dir",), "03": ("run_root", "heldout_root", "study_root"), "04": ("figures_dir",),
-          "05": ("figures_dir",)}
+          "05": ("figures_dir",), "06": ("figures_dir",)}
 
 
 @pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.stem[:2] in WRITES], ids=lambda p: p.stem)

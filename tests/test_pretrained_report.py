@@ -1,0 +1,103 @@
+"""Notebook 06's tables (report/pretrained.py): the warm start's gates and log, the probes side by side, and a rate
+study's state read from what its folder holds; bad files are named in the error."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from skillgate_lib import paths
+from skillgate_lib.report import pretrained as P
+
+SMOL = paths.DATA_DIR / "models" / "smollm2-sft"
+PROBES = paths.DATA_DIR / "runs" / "diagnosis" / "probes"
+
+
+def test_the_committed_warm_starts_gates_and_log():
+    gates = P.gates(SMOL)
+    assert gates["measure"].tolist() == ["success", "oracle_read", "reads", "step_acc"]
+    summary = json.loads((SMOL / "gates.json").read_text())["summary"]
+    assert gates.set_index("measure").loc["success", "value"] == summary["eval/success"]
+    assert "evaluate" in gates.attrs["command"]
+    log = P.warmstart_log(SMOL)
+    assert set(log["split"]) == {"train", "heldout"} and set(log["token"]) == set(P.TOKEN_TYPES)
+    assert log.attrs["batch_size"] == json.loads((SMOL / "warmstart_config.json").read_text())["batch_size"]
+    assert log["accuracy"].between(0, 1).all()
+
+
+def test_a_gate_outside_its_range_is_not_met_and_bad_files_are_named(tmp_path):
+    summary = {"eval/success": 0.05, "eval/oracle_read": 0.5, "eval/reads": 1.0, "eval/step_acc": 0.95}
+    (tmp_path / "gates.json").write_text(json.dumps({"summary": summary, "command": "x", "seconds": 1}))
+    met = P.gates(tmp_path).set_index("measure")["met"]
+    assert not met["success"] and met.drop("success").all()
+    (tmp_path / "gates.json").write_text(json.dumps({"summary": {"eval/success": 0.5}}))
+    with pytest.raises(ValueError, match=r"gates.json: field 'eval/oracle_read'"):
+        P.gates(tmp_path)
+    with pytest.raises(FileNotFoundError, match="no gate evaluation"):
+        P.gates(tmp_path / "none")
+    (tmp_path / "train_log.jsonl").write_text('{"step": 1, "acc/name": 0.5, "uncertainty/name": 0.5}\n{oops\n')
+    with pytest.raises(ValueError, match=r"train_log.jsonl, line 2"):
+        P.warmstart_log(tmp_path)
+    (tmp_path / "train_log.jsonl").write_text('{"step": 1, "acc/name": 0.5}\n')
+    with pytest.raises(ValueError, match=r"train_log.jsonl, line 1: field 'uncertainty/name' missing"):
+        P.warmstart_log(tmp_path)
+
+
+def test_every_committed_probe_is_one_row_and_the_figure_draws_them(tmp_path):
+    t = P.probes(PROBES)
+    assert len(t) == len(list(PROBES.glob("*.json"))) and {"smollm2-sft", "tiny"} <= set(t["model"])
+    assert (t["gshare_median_long"] > 0).all() and (t["value_lo"] <= t["value"]).all()
+    fig = P.probe_figure(t, "smollm2-sft")
+    labels = [x.get_text() for x in fig.axes[0].get_yticklabels()]
+    assert len(labels) == len(t) and sum("(smollm2-sft)" in x for x in labels) == (t["model"] == "smollm2-sft").sum()
+    with pytest.raises(FileNotFoundError, match="no probe summaries"):
+        P.probes(tmp_path)
+
+
+def test_the_dilution_reads_one_probe_per_model_and_names_the_ambiguous_ones():
+    t = P.probes(PROBES)
+    d = P.dilution(t, "smollm2-sft", "tiny")
+    rows = t.loc[[d["probes"]["model"], d["probes"]["tiny"]]]
+    assert d["ratio"] == pytest.approx(rows["gshare_median_long"].iloc[1] / rows["gshare_median_long"].iloc[0])
+    notes = t.loc[d["probes"]["notes"], "gshare_median_long"]
+    assert (d["note_min"], d["note_max"]) == (notes.min(), notes.max()) and len(notes) >= 3
+    inside = t.copy()
+    inside.loc["smollm2-paper", "gshare_median_long"] = notes.mean()  # inside the note range: no distance to it
+    assert P.dilution(inside, "smollm2-sft", "tiny")["log_to_notes"] == 0.0
+    twice = pd.concat([t, t.loc[["paper"]].rename(index={"paper": "paper-again"})])
+    with pytest.raises(ValueError, match=r"expected one probe of 'tiny' in 'paper', found 2: \['paper', 'paper-again'\]"):
+        P.dilution(twice, "smollm2-sft", "tiny")
+
+
+def _study(root, name, plan=True, runs=0, selected=False):
+    d = root / name
+    d.mkdir(parents=True)
+    if plan:
+        (d / "plan.json").write_text(json.dumps({"regime": "r", "grid": [1e-4, 3e-4], "settings": {"eval_every": 5}}))
+    for i in range(runs):
+        (d / f"outcome-lr0.0001-seed{i}").mkdir()
+    if selected:
+        (d / "selection.json").write_text("{}")
+    return d
+
+
+def test_a_studys_state_follows_what_its_folder_holds(tmp_path):
+    _study(tmp_path, "a", plan=False)
+    _study(tmp_path, "b")
+    _study(tmp_path, "c", runs=2)
+    _study(tmp_path, "d", runs=2, selected=True)
+    states = {s: P.study_state(tmp_path, s) for s in "abcd"}
+    assert {s: v["state"] for s, v in states.items()} == {"a": "no plan", "b": "planned", "c": "searching", "d": "run"}
+    assert states["c"]["runs"] == 2 and P.study_state(tmp_path, "missing")["state"] == "no plan"
+    table = P.plan_table(states["b"]["plan"])
+    assert table.loc["grid", "value"] == "0.0001, 0.0003" and table.loc["eval_every", "value"] == "5"
+
+
+def test_a_committed_prediction_is_read_and_a_missing_one_is_empty():
+    root = paths.DATA_DIR / "runs" / "predict"
+    pred = P.prediction(root, "paper_note8_h68")
+    assert pred["k"].tolist() == list(range(1, len(pred) + 1)) and (pred["study"] == "paper_note8_h68").all()
+    assert P.prediction(root, "no_such_study").empty
+    assert isinstance(P.prediction(root, "no_such_study"), pd.DataFrame)
