@@ -10,8 +10,9 @@ two cores) goes on in the next checkout only through what is committed. This nam
 * a study (``speed --out-dir DIR``): ``plan.json`` and ``selection.json``; per run ``config.json`` and
   ``metrics.jsonl``; a finished run's ``adapter/`` (what marks it finished, and what its test record is
   evaluated from) and ``test.json``; an interrupted run's ``checkpoint.pt`` (the steps after it are run again,
-  to the same numbers). A finished run's checkpoint, the trajectory tables and the sample logs stay behind:
-  resuming never reads them.
+  to the same numbers); the step-0 evaluation its runs share (``step0_eval/``, :mod:`skillgate_lib.runs.warm_eval`:
+  several minutes of SmolLM2's time; read only while the code, package versions, chip and settings are unchanged).
+  A finished run's checkpoint, the trajectory tables and the sample logs stay behind: resuming never reads them.
 
 The files are staged with ``git add -f`` (``data/runs/in_progress/.gitignore`` ignores everything else there),
 so ``git status`` stays clean while a job writes. Exits 1, naming the path, where a path is neither.
@@ -25,6 +26,7 @@ import sys
 from pathlib import Path
 
 STUDY_FILES = ("plan.json", "selection.json")
+SHARED_EVAL = "step0_eval"  # skillgate_lib.runs.warm_eval.FOLDER (this script runs without the library)
 RUN_FILES = ("config.json", "metrics.jsonl", "test.json")
 
 
@@ -35,6 +37,7 @@ def carried(path: Path) -> list[Path]:
     if not (path / "plan.json").is_file():
         raise ValueError(f"{path}: neither a prediction's JSON nor a study's directory (no plan.json)")
     out = [path / name for name in STUDY_FILES if (path / name).is_file()]
+    out += sorted((path / SHARED_EVAL).glob("*.pt"))
     for run in sorted(d for d in path.iterdir() if (d / "config.json").is_file()):
         out += [run / name for name in RUN_FILES if (run / name).is_file()]
         adapter = run / "adapter"

@@ -31,6 +31,7 @@ def _study(root: Path) -> Path:
             _touch(root / run / "adapter" / "adapter_model.safetensors", "weights")
             _touch(root / run / "test.json")
     _touch(root / "warmstart" / "test.json")  # the warm start's test record comes last, with the study's
+    _touch(root / "step0_eval" / "0123abcd.pt", "episodes")  # the step-0 evaluation the runs share
     return root
 
 
@@ -38,7 +39,7 @@ def test_a_study_carries_its_records_finished_adapters_and_interrupted_checkpoin
     carry = _load()
     study = _study(tmp_path / "paper_f30")
     got = {p.relative_to(study).as_posix() for p in carry.carried(study)}
-    assert got == {"plan.json",
+    assert got == {"plan.json", "step0_eval/0123abcd.pt",
                    "outcome-lr0.0003-seed0/config.json", "outcome-lr0.0003-seed0/metrics.jsonl",
                    "outcome-lr0.0003-seed0/test.json", "outcome-lr0.0003-seed0/adapter/adapter_config.json",
                    "outcome-lr0.0003-seed0/adapter/adapter_model.safetensors",
@@ -46,6 +47,9 @@ def test_a_study_carries_its_records_finished_adapters_and_interrupted_checkpoin
                    "skillgate-lr0.0003-seed0/checkpoint.pt"}
     _touch(study / "selection.json")
     assert study / "selection.json" in carry.carried(study)
+    from skillgate_lib.runs import warm_eval
+
+    assert carry.SHARED_EVAL == warm_eval.FOLDER
 
 
 def test_a_prediction_carries_its_json_and_anything_else_is_refused(tmp_path, capsys):
@@ -68,4 +72,4 @@ def test_carry_stages_the_files_in_git_even_where_ignored(tmp_path, monkeypatch)
     assert carry.main([str(study.relative_to(repo))]) == 0
     staged = subprocess.run(["git", "-C", str(repo), "diff", "--cached", "--name-only"], capture_output=True, text=True,
                             check=True).stdout.split()
-    assert len(staged) == 9 and all("trajectories" not in s and "samples" not in s for s in staged)
+    assert len(staged) == 10 and all("trajectories" not in s and "samples" not in s for s in staged)

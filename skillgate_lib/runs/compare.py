@@ -65,13 +65,15 @@ def _steps_kept(run_dir: Path) -> int:
 
 
 def train_all(configs: list[TrainConfig], workers: int, resume: bool, progress: bool, desc: str,
-             together: int = 1) -> None:
+             together: int = 1, eval_cache: str | Path | None = None) -> None:
     """Train ``configs`` in ``workers`` spawned processes; a finished run (final adapter saved) is skipped.
 
     ``together > 1``: the runs are dealt into groups of at most ``together`` (at least one group
     per worker), each trained in one process by :func:`skillgate_lib.runs.multirun.train_together`;
     1: each run alone in its process. The progress bar counts GRPO steps over every run (read
     from the runs' logs every couple of seconds), so its rate and ETA cover the whole batch of runs.
+    ``eval_cache``: a folder where runs from one warm start share their step-0 evaluation
+    (:mod:`skillgate_lib.runs.warm_eval`).
     """
     finished = [c for c in configs if (Path(c.run_dir) / "adapter" / "adapter_config.json").exists()]
     for c in finished:  # reused only when it is the run asked for (same settings, same model weights)
@@ -87,8 +89,8 @@ def train_all(configs: list[TrainConfig], workers: int, resume: bool, progress: 
     groups = max(workers, -(-len(todo) // together)) if together > 1 else len(todo)
     size = -(-len(todo) // groups)
     with cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
-        futures = [pool.submit(_train_quietly, todo[i: i + size], resume, [methods_lib.get(c.method) for c in todo[i: i + size]])
-                   for i in range(0, len(todo), size)]
+        futures = [pool.submit(_train_quietly, todo[i: i + size], resume, [methods_lib.get(c.method) for c in todo[i: i + size]],
+                               eval_cache) for i in range(0, len(todo), size)]
         pending = set(futures)
         while pending:
             done, pending = cf.wait(pending, timeout=2.0, return_when=cf.FIRST_EXCEPTION)
@@ -147,18 +149,19 @@ def select_lrs(out_dir: str | Path, methods, lrs, seed: int) -> dict[str, dict]:
     return chosen
 
 
-def _train_quietly(cfgs: list[TrainConfig], resume: bool, methods: list[methods_lib.Method] | None = None) -> None:
+def _train_quietly(cfgs: list[TrainConfig], resume: bool, methods: list[methods_lib.Method] | None = None,
+                   eval_cache: str | Path | None = None) -> None:
     """Train ``cfgs`` in this (spawned) worker: one alone, several together; each resumes when its directory holds a run."""
     for method in methods or []:
         if method.name not in methods_lib.METHODS:  # registered at run time in the parent: the spawned worker lacks it
             methods_lib.register(method)
     resumes = [resume or (Path(c.run_dir) / "metrics.jsonl").exists() for c in cfgs]
     if len(cfgs) == 1:
-        train(cfgs[0], progress=False, resume=resumes[0])
+        train(cfgs[0], progress=False, resume=resumes[0], eval_cache=eval_cache)
     else:
         from skillgate_lib.runs.multirun import train_together
 
-        train_together(cfgs, resume=resumes)
+        train_together(cfgs, resume=resumes, eval_cache=eval_cache)
 
 
 #: Settings the command line passes to every run alike.

@@ -100,12 +100,14 @@ def sample_together(runs: list[TrainingRun], step: int) -> list[tuple]:
     return [results[k] for k in range(len(runs))]
 
 
-def train_together(cfgs: list[TrainConfig], resume: bool | list[bool] = False, progress: bool = False) -> list[pd.DataFrame]:
+def train_together(cfgs: list[TrainConfig], resume: bool | list[bool] = False, progress: bool = False,
+                   eval_cache=None) -> list[pd.DataFrame]:
     """Train the runs ``cfgs`` together (module docstring); each run's metrics table, as :func:`~skillgate_lib.runs.train.train`
     returns it.
 
     ``resume``: as :func:`~skillgate_lib.runs.train.train`'s, for every run or one flag per run (each continues from its
     own checkpoint). The runs may differ in every setting but :data:`SHARED`; the ones with fewer steps finish first.
+    ``eval_cache``: as :func:`~skillgate_lib.runs.train.train`'s (the step-0 evaluation shared, :mod:`~skillgate_lib.runs.warm_eval`).
     """
     from tqdm.auto import tqdm
 
@@ -117,7 +119,7 @@ def train_together(cfgs: list[TrainConfig], resume: bool | list[bool] = False, p
     runs = [TrainingRun(c, r, (copy.deepcopy(base), tokenizer)) for c, r in zip(cfgs, resumes)]
     for r in runs:
         if r.start == 0:
-            r.log_eval(0, r.evaluate())
+            r.log_eval(0, *r.first_evaluation(eval_cache))
     steps = max(c.steps for c in cfgs)
     start = min(r.start for r in runs)
     for step in tqdm(range(start, steps), desc=f"{len(runs)} runs together", disable=not progress, initial=start,

@@ -127,6 +127,7 @@ def run_speed(plan: SpeedPlan, out_dir: str | Path, workers: int = 2, progress: 
     """Run (or resume) ``plan`` under ``out_dir`` (module docstring); returns the selection. ``threads``: torch threads
     per worker (default: the cores split among the workers). On resume a finished run is skipped and an interrupted
     one continues from its last checkpoint, to the numbers it would have logged uninterrupted."""
+    from skillgate_lib.runs import warm_eval
     from skillgate_lib.runs.compare import train_all
 
     out_dir = Path(out_dir)
@@ -137,7 +138,7 @@ def run_speed(plan: SpeedPlan, out_dir: str | Path, workers: int = 2, progress: 
     while True:
         configs = [plan.config(m, v, s, out_dir, threads, device) for m in plan.methods for v in grids[m]
                    for s in plan.search_seeds]
-        train_all(configs, workers, True, progress, f"{plan.name}: search", together)
+        train_all(configs, workers, True, progress, f"{plan.name}: search", together, warm_eval.folder(out_dir))
         grew = False
         for m in plan.methods:
             scores = {v: _score(plan, out_dir, m, v) for v in grids[m]}
@@ -159,7 +160,7 @@ def run_speed(plan: SpeedPlan, out_dir: str | Path, workers: int = 2, progress: 
     first = max(plan.search_seeds) + 1
     further = list(range(first, first + plan.seeds - len(plan.search_seeds)))
     more = [plan.config(m, chosen[m]["value"], s, out_dir, threads, device) for m in plan.methods for s in further]
-    train_all(more, workers, True, progress, f"{plan.name}: seeds", together)
+    train_all(more, workers, True, progress, f"{plan.name}: seeds", together, warm_eval.folder(out_dir))
     seeds = [*plan.search_seeds, *further]
     jobs = [(str(out_dir / speed_run_name(m, chosen[m]["value"], s)), plan.regime, plan.test_tasks, None, threads, device)
             for m in plan.methods for s in seeds]
@@ -170,12 +171,14 @@ def run_speed(plan: SpeedPlan, out_dir: str | Path, workers: int = 2, progress: 
 
 def estimate_speed_minutes(plan: SpeedPlan, workers: int, step_s: float, eval_s: float) -> float:
     """Wall time without extensions: ``step_s`` a GRPO step and ``eval_s`` an evaluation of 256 instances, one
-    thread each, ``workers`` at once."""
+    thread each, ``workers`` at once. The runs share their step-0 evaluation (:mod:`skillgate_lib.runs.warm_eval`):
+    the first run of each worker computes it (they start together), the others read it."""
     s = plan.settings
-    evals = (plan.steps // s["eval_every"] + 1) * eval_s * s["eval_tasks"] / 256
+    one_eval = eval_s * s["eval_tasks"] / 256
     runs = len(plan.methods) * (len(plan.grid) * len(plan.search_seeds) + plan.seeds - len(plan.search_seeds))
     tests = (len(plan.methods) * plan.seeds + 1) * eval_s * plan.test_tasks / 256
-    return (runs * (plan.steps * step_s + evals + 5) + tests) / workers / 60
+    train = runs * (plan.steps * step_s + plan.steps // s["eval_every"] * one_eval + 5) + min(workers, runs) * one_eval
+    return (train + tests) / workers / 60
 
 
 def build_parser() -> argparse.ArgumentParser:

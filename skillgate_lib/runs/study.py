@@ -46,7 +46,7 @@ from pathlib import Path
 
 from skillgate_lib import logs, paths
 from skillgate_lib import methods as methods_lib
-from skillgate_lib.runs import preregister
+from skillgate_lib.runs import preregister, warm_eval
 from skillgate_lib.runs.compare import train_all
 from skillgate_lib.runs.protocol import (TIMINGS, check_plan, edge_extension, end_command, threads_per_worker,
                                          write_test_records)
@@ -267,13 +267,17 @@ def estimate_study_minutes(plan: Plan, workers: int, step_s: dict[str, float] | 
     committed study's runs, 4 x 8 rollouts, two runs at once on 2 cores; 0.8 s for the methods
     not named), scaled to the plan's regime by the rate study's timings of a step and an
     evaluation there (:data:`skillgate_lib.runs.protocol.TIMINGS`); evaluations at about 4 s per
-    256 trials in ``paper``, plus a few seconds to start each run.
+    256 trials in ``paper``, plus a few seconds to start each run. The runs share their step-0 evaluation
+    (:mod:`skillgate_lib.runs.warm_eval`): each worker's first run computes it.
     """
     step_s = step_s or {"selection_bc": 0.3, "skill_free": 1.1, "masked_exec": 0.5, "utility": 0.6}
     step_scale, eval_scale = (t / p for t, p in zip(TIMINGS.get(plan.regime, TIMINGS["paper"]), TIMINGS["paper"]))
     eval_s = 4 * eval_scale
-    evals = (plan.steps // plan.settings["eval_every"] + 1) * eval_s * plan.settings["eval_tasks"] / 256 + 5
+    one_eval = eval_s * plan.settings["eval_tasks"] / 256
+    evals = plan.steps // plan.settings["eval_every"] * one_eval + 5
+    runs = sum(_runs_of(plan, a) for a in plan.arms)
     train = sum(_runs_of(plan, a) * (plan.steps * step_s.get(a.method, 0.8) * step_scale + evals) for a in plan.arms)
+    train += min(workers, runs) * one_eval
     tests = (sum(a.seeds for a in plan.arms) + 1) * (eval_s * plan.test_tasks / 256 + 5)
     return (train + tests) / workers / 60
 
@@ -300,7 +304,7 @@ def run_study(plan: Plan, out_dir: str | Path, workers: int = 2, progress: bool 
     sel.write_text(json.dumps(chosen, indent=1) + "\n")
     more = [plan.config(a, chosen_point(a, chosen[a.method]), s, out_dir, threads, device)
             for a in plan.arms for s in _seeds(plan, a) if s not in plan.search_seeds]
-    train_all(more, workers, True, progress, f"{plan.name}: seeds", together)
+    train_all(more, workers, True, progress, f"{plan.name}: seeds", together, warm_eval.folder(out_dir))
     jobs = [(str(p), plan.regime, plan.test_tasks, None, threads, device)
             for p in runs_at_chosen_point(plan, out_dir, chosen)]
     jobs.append((str(out_dir / "warmstart"), plan.regime, plan.test_tasks, plan.model, threads, device))
@@ -316,7 +320,7 @@ def search(plan: Plan, out_dir: Path, threads: int, workers: int, progress: bool
     while True:
         configs = [plan.config(a, p, s, out_dir, threads, device) for a in plan.arms
                    for p in a.points(grids[a.method]) for s in plan.search_seeds]
-        train_all(configs, workers, True, progress, f"{plan.name}: search", together)
+        train_all(configs, workers, True, progress, f"{plan.name}: search", together, warm_eval.folder(out_dir))
         chosen = select(plan, out_dir, grids)
         grew = False
         for a in plan.arms:

@@ -501,17 +501,19 @@ def sft_step(model, tokenizer, env: SkillSlateEnv, opt, params, cfg: TrainConfig
     return [], None, None, row, []
 
 
-def train(cfg: TrainConfig, progress: bool = True, resume: bool = False) -> pd.DataFrame:
+def train(cfg: TrainConfig, progress: bool = True, resume: bool = False, eval_cache: str | Path | None = None
+          ) -> pd.DataFrame:
     """Run LoRA GRPO; returns the metrics table (also in ``run_dir/metrics.jsonl``).
 
     ``resume=True`` continues from ``run_dir/checkpoint.pt`` and ends with the same
     metrics as an uninterrupted run; it refuses settings that differ from the run's
     ``config.json``. Without it, a ``run_dir`` that already holds a run is an error:
-    nothing already written is overwritten by accident.
+    nothing already written is overwritten by accident. ``eval_cache``: a folder where runs
+    sharing a warm start share their step-0 evaluation (:mod:`skillgate_lib.runs.warm_eval`).
     """
     run = TrainingRun(cfg, resume)
     if run.start == 0:
-        run.log_eval(0, run.evaluate())
+        run.log_eval(0, *run.first_evaluation(eval_cache))
     bar = tqdm(range(run.start, cfg.steps), desc=f"{cfg.credit} seed {cfg.seed}", disable=not progress,
                initial=run.start, total=cfg.steps)
     for step in bar:
@@ -586,18 +588,39 @@ class TrainingRun:
             return evaluate(self.model, self.tokenizer, self.eval_env, cfg.eval_tasks, cfg.max_new_tokens,
                             temperature=cfg.temperature, split=cfg.eval_split)
 
-    def log_eval(self, step: int, episodes: list[Episode]) -> dict:
-        """Write an evaluation's trajectories and metrics row after ``step`` steps; returns the row.
-
-        Beside the sampled trials' measures, the row holds the choice alone on the same prompts, teacher-forced
-        (``eval/choice``, ``eval/choice_logit``; :mod:`skillgate_lib.runs.choice`)."""
+    def choice_probs(self) -> np.ndarray:
+        """The choice alone, teacher-forced, on the evaluation's prompts (:mod:`skillgate_lib.runs.choice`)."""
         cfg = self.cfg
-        self.writer.write_trajectories(episode_rows(episodes, step, "eval", cfg.credit), step=step, split="eval")
         if self._choice_pairs is None:
             self._choice_pairs = heldout_pairs(self.eval_env, cfg.eval_tasks, cfg.eval_split)
         with devices.autocast(next(self.model.parameters()).device, cfg.bf16):
-            choice = choice_summary(oracle_choice(self.model, self.tokenizer, self.eval_env, self._choice_pairs))
-        row = {"step": step, "split": "eval", **summarize(episodes), **choice}
+            return oracle_choice(self.model, self.tokenizer, self.eval_env, self._choice_pairs)
+
+    def first_evaluation(self, cache: str | Path | None = None) -> tuple[list[Episode], np.ndarray]:
+        """The step-0 evaluation's episodes and choice probabilities: read from ``cache`` where a run sharing this
+        warm start and these settings wrote them, else computed (and written there)."""
+        from skillgate_lib.runs import warm_eval
+
+        device = next(self.model.parameters()).device
+        precision = devices.precision_line(device, self.cfg.bf16)
+        hit = warm_eval.cached_evaluation(cache, self.cfg, precision, device) if cache is not None else None
+        if hit is not None:
+            return hit
+        episodes, probs = self.evaluate(), self.choice_probs()
+        if cache is not None:
+            warm_eval.store_evaluation(cache, self.cfg, precision, episodes, probs, device)
+        return episodes, probs
+
+    def log_eval(self, step: int, episodes: list[Episode], choice: np.ndarray | None = None) -> dict:
+        """Write an evaluation's trajectories and metrics row after ``step`` steps; returns the row.
+
+        Beside the sampled trials' measures, the row holds the choice alone on the same prompts, teacher-forced
+        (``eval/choice``, ``eval/choice_logit``; :mod:`skillgate_lib.runs.choice`): ``choice``, its probabilities
+        where already measured, else measured here."""
+        cfg = self.cfg
+        self.writer.write_trajectories(episode_rows(episodes, step, "eval", cfg.credit), step=step, split="eval")
+        summary = choice_summary(self.choice_probs() if choice is None else choice)
+        row = {"step": step, "split": "eval", **summarize(episodes), **summary}
         self.writer.log_metrics(row)
         return row
 
