@@ -192,10 +192,3 @@ def prediction(predict_root: str | Path, study: str) -> pd.DataFrame:
     preds = lookahead.predictions(predict_root)
     return preds[preds["study"] == study].reset_index(drop=True) if not preds.empty else preds
 
-
-def study_runs(speed_root: str | Path, study: str) -> pd.DataFrame:
-    """The rate-study table's runs of ``study`` alone (:func:`~skillgate_lib.report.rates.run_table`)."""
-    from skillgate_lib.report import rates
-
-    return rates.run_table(Path(speed_root) / study)
-
