@@ -1,4 +1,5 @@
-"""Fixtures shared by the test files: a tiny warm-started model, and a clean method registry."""
+"""Fixtures shared by the test files: a tiny warm-started model, a clean method registry, and the notebooks run at
+their defaults in a clone of the working tree."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import pytest
 
 from skillgate_lib import methods
 from skillgate_lib.policy.warmstart import WarmStartConfig, warmstart
+
+import notebook_clone
 
 
 @pytest.fixture(scope="session")
@@ -23,3 +26,10 @@ def registry():
     yield methods
     methods.METHODS.clear()
     methods.METHODS.update(before)
+
+
+@pytest.fixture(scope="session")
+def notebooks_at_defaults(tmp_path_factory) -> notebook_clone.CloneRun:
+    """Notebooks 01, 02, 04, 05 and 06 run once at their defaults in a clone of the working tree
+    (:mod:`notebook_clone`): the headless checks, the clean-tree check and notebook 04's checks read this one run."""
+    return notebook_clone.run_at_defaults(tmp_path_factory.mktemp("notebooks_at_defaults"))

@@ -22,6 +22,7 @@ import yaml
 
 from skillgate_lib import notebooks, paths
 
+import notebook_clone
 import repo_scripts
 
 NOTEBOOKS = notebooks.notebook_paths()
@@ -146,21 +147,20 @@ def test_loading_the_embedded_model_is_quiet():
 
 
 @pytest.fixture(scope="module")
-def executed_04(tmp_path_factory):
-    """Notebook 04 run headless on the committed runs (the `figures` profile), its figures to a scratch folder."""
-    tmp = tmp_path_factory.mktemp("nb04")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SKILLGATE_FIGURES", str(tmp / "figures"))
-        mp.setenv("SKILLGATE_BUILD", str(tmp / "build"))
-        params = notebooks.load_profile("figures")["04_paper_figures"] | {"figures_dir": str(tmp / "figures")}
-        out = notebooks.run_notebook(notebooks.NOTEBOOK_DIR / "04_paper_figures.ipynb", tmp / "executed", params)
-    return json.loads(out.read_text()), tmp / "figures"
+def executed_04(notebooks_at_defaults):
+    """Notebook 04 run headless on the committed runs at its defaults (the `figures` profile differs only in where
+    it writes), from the session's one run in a clone (``notebooks_at_defaults``): the executed copy and the names
+    of the figures it wrote."""
+    nb = notebooks_at_defaults.notebooks["04_paper_figures"]
+    assert nb["error"] is None, nb["error"]
+    return notebooks_at_defaults.executed("04_paper_figures"), nb["wrote"]
 
 
 def _outputs(nb):
     return [(i, o) for i, c in enumerate(nb["cells"]) for o in c.get("outputs", [])]
 
 
+@pytest.mark.slow
 def test_notebook_04_prints_no_warning(executed_04):
     nb, _ = executed_04
     for i, out in _outputs(nb):
@@ -173,13 +173,14 @@ def test_notebook_04_prints_no_warning(executed_04):
         assert "PosixPath(" not in text, f"cell {i} shows a dictionary of paths:\n{text}"
 
 
+@pytest.mark.slow
 def test_notebook_04_shows_each_figure_once(executed_04):
-    nb, figures = executed_04
+    nb, wrote = executed_04
     shown = [(i, out["data"]["image/png"]) for i, out in _outputs(nb) if "image/png" in out.get("data", {})]
     cells = [i for i, _ in shown]
     assert len(cells) == len(set(cells)), f"a cell shows more than one figure: cells {cells}"
     assert len({png for _, png in shown}) == len(shown), "a figure is shown twice"
-    written = sorted(p.name for p in figures.glob("*.png"))
+    written = sorted(n for n in wrote if n.endswith(".png"))
     assert len(shown) == len(written), f"{len(shown)} figures shown, {len(written)} written: {written}"
 
 
@@ -192,13 +193,20 @@ def test_progress_pattern_tells_bars_from_warnings():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=ids)
-def test_notebook_runs_headless(path, tmp_path, monkeypatch):
-    # Figures from a test run go to a scratch folder, never over the committed ones.
-    monkeypatch.setenv("SKILLGATE_FIGURES", str(tmp_path / "figures"))
-    monkeypatch.setenv("SKILLGATE_BUILD", str(tmp_path / "build"))
-    params = {"figures_dir": str(tmp_path / "figures")} if "figures_dir" in _parameter_names(path) else {}
-    out = notebooks.run_notebook(path, tmp_path / "executed", params)
-    executed = json.loads(out.read_text())
+def test_notebook_runs_headless(path, tmp_path, monkeypatch, request):
+    """Every notebook runs headless at its defaults without an error: those of ``notebook_clone.AT_DEFAULTS`` read
+    from the session's one run in a clone (``notebooks_at_defaults``), any other here."""
+    if path.stem in notebook_clone.AT_DEFAULTS:
+        run = request.getfixturevalue("notebooks_at_defaults")
+        assert run.notebooks[path.stem]["error"] is None, run.notebooks[path.stem]["error"]
+        executed = run.executed(path.stem)
+    else:
+        # Figures from a test run go to a scratch folder, never over the committed ones.
+        monkeypatch.setenv("SKILLGATE_FIGURES", str(tmp_path / "figures"))
+        monkeypatch.setenv("SKILLGATE_BUILD", str(tmp_path / "build"))
+        params = {"figures_dir": str(tmp_path / "figures")} if "figures_dir" in _parameter_names(path) else {}
+        out = notebooks.run_notebook(path, tmp_path / "executed", params)
+        executed = json.loads(out.read_text())
     errors = [o for c in executed["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors
 
