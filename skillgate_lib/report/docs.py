@@ -233,9 +233,22 @@ def verdict(figures_dir: Path, data_dir: Path) -> str:
             + success_sentence(success_by_regime(figures_dir, data_dir))[0].upper()
             + success_sentence(success_by_regime(figures_dir, data_dir))[1:] + ". "
             + rates.verdict_sentence(table, fit)
-            + (" " + look if (look := lookahead.lookahead_sentence(table, data_dir / "runs" / "predict")) else ""))
+            + (" " + look if (look := lookahead.lookahead_sentence(table, data_dir / "runs" / "predict")) else "")
+            + (" " + own if (own := _pretrained_sentence(table, data_dir)) else ""))
     keep = re.sub(r"\[[^\]]*\]", lambda m: m.group(0).replace(" ", "\0"), text)  # no line break inside an interval
     return textwrap.fill(keep, width=112, break_on_hyphens=False, break_long_words=False).replace("\0", " ") + "\n"
+
+
+def _pretrained_sentence(table: pd.DataFrame, data_dir: Path) -> str:
+    """The verdict's sentence on each pretrained model's rate study (:func:`skillgate_lib.report.pretrained.study_sentence`);
+    empty while none has run."""
+    from skillgate_lib.report import lookahead, pretrained, rate_endpoints, rates
+
+    if "pretrained" not in table or not table["pretrained"].any():
+        return ""
+    speed = data_dir / "runs" / "speed"
+    ends = rate_endpoints.endpoint_table(rates.all_runs(speed))
+    return pretrained.study_sentence(table, ends, lookahead.preregistered(table, data_dir / "runs" / "predict", speed))
 
 
 def _same_setting_runs(study_dir: Path, other_dir: Path, method: str) -> tuple[int, int]:

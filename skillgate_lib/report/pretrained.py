@@ -192,3 +192,46 @@ def prediction(predict_root: str | Path, study: str) -> pd.DataFrame:
     preds = lookahead.predictions(predict_root)
     return preds[preds["study"] == study].reset_index(drop=True) if not preds.empty else preds
 
+
+
+def _shown(d: float, lo: float, hi: float, what: str) -> str:
+    word = "higher" if lo > 0 else "lower" if hi < 0 else "not shown to differ"
+    return f"{what} is {word} ({d:+.1f} [{lo:+.1f}, {hi:+.1f}] pp)"
+
+
+def study_sentence(table: pd.DataFrame, endpoints: pd.DataFrame, pre: pd.DataFrame) -> str:
+    """The README verdict's sentence on each pretrained model's rate study (the rows of ``table``, a
+    :func:`skillgate_lib.report.rates.rate_table`, whose ``pretrained`` is set): how SkillGate's speed of learning
+    the choice compares (the ratio with its BCa interval where outcome-only learns the choice, else the paired
+    slope difference; each word backed by both tests, :func:`skillgate_lib.report.rates.faster_word`), the
+    lookahead committed before the study's runs against it (``pre``, :func:`skillgate_lib.report.lookahead.preregistered`),
+    and where the arms end after the last step (``endpoints``, :func:`skillgate_lib.report.rate_endpoints.endpoint_table`:
+    validation success and oracle-read, paired t-intervals). Empty while no pretrained study has run."""
+    from skillgate_lib.report.rates import faster_word
+
+    if "pretrained" not in table:
+        return ""
+    pre = pre.set_index("study") if len(pre) else pre
+    out = []
+    for r in table[table["pretrained"].astype(bool)].sort_values("study").itertuples():
+        text = f"On the pretrained `{r.model}` (`{r.study}`, {r.seeds} seed pairs), "
+        if r.outcome_learns:
+            text += (f"SkillGate is {faster_word(r)} than outcome-only GRPO at learning the choice ({r.ratio:.2f} "
+                     f"[{r.ratio_lo:.2f}, {r.ratio_hi:.2f}]x")
+        else:
+            text += (f"outcome-only GRPO does not learn the choice in 30 steps, so there is no ratio (SkillGate's slope "
+                     f"minus outcome-only's: {r.diff:+.3f} [{r.diff_lo:+.3f}, {r.diff_hi:+.3f}] logit/step")
+        if r.study in getattr(pre, "index", ()):
+            p = pre.loc[r.study]
+            text += (f"; the lookahead committed before its runs predicted {p['predicted']:.2f} "
+                     f"[{p['predicted_lo']:.2f}, {p['predicted_hi']:.2f}]"
+                     + (f", the observation {'inside' if p['inside'] else 'outside'} it" if r.outcome_learns else ""))
+        else:
+            text += "; no prediction was committed before its runs"
+        ends = endpoints[endpoints["study"] == r.study].set_index("endpoint") if len(endpoints) else endpoints
+        said = [_shown(e["diff"], e["diff_lo"], e["diff_hi"], label)
+                for key, label in (("validation success", "success"), ("validation oracle-read", "oracle-read"))
+                if key in getattr(ends, "index", ()) for e in [ends.loc[key]]]
+        text += ")" + (f"; after the last step its {' and its '.join(said)}" if said else "") + "."
+        out.append(text)
+    return " ".join(out)

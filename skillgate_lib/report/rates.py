@@ -207,6 +207,7 @@ def rate_table(runs: pd.DataFrame, probes_dir: str | Path | None = paths.DATA_DI
                selector_coef: float = 0.2) -> pd.DataFrame:
     """One row per study: both arms at their choice, paired by seed, and the predicted ratios (module docstring).
     ``probes_dir`` / ``proxy_csv`` ``None``: no predictions (their columns nan)."""
+    from skillgate_lib.policy.models import is_embedded
     from skillgate_lib.theory import predicted_signal_ratio
 
     probes = _probes(Path(probes_dir)) if probes_dir is not None else {}
@@ -216,7 +217,8 @@ def rate_table(runs: pd.DataFrame, probes_dir: str | Path | None = paths.DATA_DI
     rows = []
     for study, g, o, s in paired_arms(runs):
         regime, optimizer, model = g["regime"].iloc[0], g["optimizer"].iloc[0], g["model"].iloc[0]
-        row = {"study": study, "regime": regime, "optimizer": optimizer, "seeds": len(o),
+        row = {"study": study, "regime": regime, "optimizer": optimizer, "model": model,
+               "pretrained": not is_embedded(model), "seeds": len(o),
                "lr_outcome": o["lr"].iloc[0], "lr_skillgate": s["lr"].iloc[0]}
         for name, arm in (("outcome", o), ("skillgate", s)):
             row[f"slope_{name}"], row[f"slope_{name}_lo"], row[f"slope_{name}_hi"] = t_interval(arm["slope_primary"])
@@ -245,6 +247,14 @@ def rate_table(runs: pd.DataFrame, probes_dir: str | Path | None = paths.DATA_DI
                               if share is not None and "value" in probe else math.nan)
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def embedded_studies(table: pd.DataFrame) -> pd.DataFrame:
+    """The rows of a :func:`rate_table` trained on the kit's embedded tiny model: the studies the rate sentences
+    count regimes over. A pretrained model's study (``pretrained``) is reported on its own (notebook 06 and its
+    own verdict sentence, :func:`skillgate_lib.report.pretrained.study_sentence`), a rule fixed before its first
+    run; the predictors are scored over every study. A table without the column is the tiny model's."""
+    return table[~table["pretrained"].astype(bool)] if "pretrained" in table else table
 
 
 def predictor_fit(table: pd.DataFrame) -> pd.DataFrame:
@@ -369,7 +379,9 @@ def _not_learning(t: pd.DataFrame) -> str:
 
 
 def rate_summary(table: pd.DataFrame, fit: pd.DataFrame) -> str:
-    """The rate study's findings in a few generated sentences (docs/results.md)."""
+    """The rate study's findings in a few generated sentences (docs/results.md), over the tiny model's studies
+    (:func:`embedded_studies`; a pretrained model's study has its own sentence, :mod:`skillgate_lib.report.pretrained`)."""
+    table = embedded_studies(table)
     t = table[table["optimizer"] == "adamw"]
     rated = t[t["outcome_learns"]]
     word = pd.Series([faster_word(r) for r in rated.itertuples()], index=rated.index, dtype=object)
@@ -460,8 +472,10 @@ def verdict_sentence(table: pd.DataFrame, fit: pd.DataFrame) -> str:
     """The README verdict's sentence on the rate study (AdamW studies): where outcome-only GRPO learns the choice, how
     much faster SkillGate learns it (with the rule that picks those studies flagged as added after results, and
     the ratios it leaves out), whether the theory predicts it better than a constant, and what happens where
-    outcome-only does not learn. Each word is backed by an interval (:func:`faster_word`)."""
-    t = table[table["optimizer"] == "adamw"]
+    outcome-only does not learn. Each word is backed by an interval (:func:`faster_word`). Over the tiny model's
+    studies (:func:`embedded_studies`); ``fit`` is scored over whichever studies the caller gives it."""
+    t = embedded_studies(table)
+    t = t[t["optimizer"] == "adamw"]
     rated = t[t["outcome_learns"]]
     stalled = t[~t["outcome_learns"]]
     n, k = len(t), len(rated)
