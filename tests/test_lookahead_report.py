@@ -119,3 +119,33 @@ def test_a_preregistered_prediction_is_judged_at_the_k_it_was_committed_to():
     preds = L.complete(L.predictions(L.PREDICT_DIR), L.PREDICT_DIR)
     at5 = preds[(preds["study"] == "paper_note8_h68") & (preds["k"] == 5)].iloc[0]
     assert row["k"] == 5 and row["predicted"] == at5["ratio"]
+
+
+def test_a_preregistered_study_without_a_ratio_keeps_its_row(monkeypatch):
+    """Whether a prediction preceded its runs does not depend on the result: a study where outcome-only is not shown
+    to learn (no ratio) is still preregistered, its observation nan; the sentence says there is no ratio."""
+    import math
+
+    from skillgate_lib.report import rates
+
+    rng = np.random.default_rng(0)
+    rows = [{"study": s, "regime": s, "optimizer": "adamw", "model": "tiny", "method": m, "seed": i, "chosen": True,
+             "lr": 3e-3, "slope_val": v, "slope_onpolicy": v, "half_gap_step": 10.0, "val_oracle_read_0": 0.4,
+             "val_oracle_read_final": 0.5, "val_success_final": 0.2}
+            for s, (o, g) in {"learns": (0.05, 0.1), "stalls": (0.0, 0.05)}.items()
+            for m, base in (("outcome", o), ("skillgate", g)) for i, v in enumerate(base + 0.003 * rng.standard_normal(8))]
+    table = rates.rate_table(pd.DataFrame(rows), None, None)
+    preds = pd.DataFrame([{"study": s, "k": k, "ratio": 2.0, "ratio_lo": 1.5, "ratio_hi": 3.0, "file": f"{s}.json"}
+                          for s in ("learns", "stalls") for k in (1, 5)])
+    monkeypatch.setattr(L, "predictions", lambda root: preds)
+    monkeypatch.setattr(L, "complete", lambda p, root: p)
+    monkeypatch.setattr(L, "_added_by", lambda path: ("a" if str(path).endswith(".json") and "selection" not in str(path)
+                                                      else "b") * 40)
+    monkeypatch.setattr(L, "_git", lambda *args: type("Done", (), {"returncode": 0})())
+    pre = L.preregistered(table).set_index("study")
+    assert set(pre.index) == {"learns", "stalls"} and pre.loc["stalls", "inside"] is None
+    assert math.isnan(pre.loc["stalls", "observed"]) and math.isnan(pre.loc["stalls", "lookahead_off"])
+    assert pre.loc["learns", "inside"] in (True, False) and pre.loc["learns", "lookahead_off"] >= 1
+    text = L.preregistered_sentence(pre.reset_index())
+    assert "Preregistered for `stalls` (prediction in aaaaaaa, runs in bbbbbbb): " in text
+    assert "the study observed no ratio (outcome-only's speed interval does not lie above 0)." in text

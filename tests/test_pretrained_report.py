@@ -103,14 +103,14 @@ def test_a_committed_prediction_is_read_and_a_missing_one_is_empty():
     assert isinstance(P.prediction(root, "no_such_study"), pd.DataFrame)
 
 
-def _arm_rows(study, model, outcome, skillgate, success=(0.20, 0.25), oracle=(0.50, 0.60)):
+def _arm_rows(study, model, outcome, skillgate, success=(0.20, 0.25), oracle=(0.50, 0.60), regime="paper"):
     """Both arms of a study at their choice, one row per seed, as :func:`rates.run_table` gives them."""
     import numpy as np
 
     rng = np.random.default_rng(len(study))
     rows = []
     for i, (method, slope) in enumerate((("outcome", outcome), ("skillgate", skillgate))):
-        rows += [{"study": study, "regime": "paper", "optimizer": "adamw", "model": model, "method": method,
+        rows += [{"study": study, "regime": regime, "optimizer": "adamw", "model": model, "method": method,
                   "seed": s, "chosen": True, "lr": 3e-4, "slope_val": v, "slope_onpolicy": v, "half_gap_step": 10.0,
                   "val_oracle_read_0": 0.4, "val_oracle_read_final": oracle[i] + 0.01 * rng.standard_normal(),
                   "val_success_final": success[i] + 0.01 * rng.standard_normal()}
@@ -118,23 +118,25 @@ def _arm_rows(study, model, outcome, skillgate, success=(0.20, 0.25), oracle=(0.
     return rows
 
 
-def test_a_pretrained_study_gets_its_own_sentence_and_the_tiny_models_sentence_leaves_it_out(tmp_path):
+def test_a_pretrained_study_gets_its_own_sentence_and_the_tiny_models_sentences_leave_it_out(tmp_path):
     from skillgate_lib.report import rate_endpoints, rates
 
-    runs = pd.DataFrame(_arm_rows("a", "tiny", 0.05, 0.10) + _arm_rows("b", "tiny-note8", 0.05, 0.05)
-                        + _arm_rows("p", "smollm2-sft", 0.04, 0.08))
+    runs = pd.DataFrame(_arm_rows("a", "tiny", 0.05, 0.10, regime="a") + _arm_rows("b", "tiny-note8", 0.05, 0.05, regime="b")
+                        + _arm_rows("p", "smollm2-sft", 0.04, 0.08, regime="p"))
     table = rates.rate_table(runs, tmp_path, tmp_path / "none.csv")
     assert table.set_index("study")["pretrained"].to_dict() == {"a": False, "b": False, "p": True}
     said = rates.verdict_sentence(table, rates.predictor_fit(table))
     assert said.startswith("Outcome-only learns the choice in 30 steps in all 2 regimes") and "`p`" not in said
-    assert "`p`" not in rates.rate_summary(table, rates.predictor_fit(table))
+    summary = rates.rate_summary(table, rates.predictor_fit(table))
+    assert "in 2 of 2 regimes" in summary and "`p`" not in summary
     ends = rate_endpoints.endpoint_table(runs)
     none = P.study_sentence(table, ends, pd.DataFrame())
     r = table.set_index("study").loc["p"]
     assert none.startswith(f"On the pretrained `smollm2-sft` (`p`, 8 seed pairs), SkillGate is faster than outcome-only "
                            f"GRPO at learning the choice ({r['ratio']:.2f} [{r['ratio_lo']:.2f}, {r['ratio_hi']:.2f}]x; "
-                           "no prediction was committed before its runs); after the last step its success is higher (")
-    assert "and its oracle-read is higher (" in none and none.count("On the pretrained") == 1
+                           "no prediction committed before its runs is found); after the last step, SkillGate minus "
+                           "outcome-only: validation success +")
+    assert "pp (above 0), validation oracle-read +" in none and none.count("On the pretrained") == 1
     pre = pd.DataFrame([{"study": "p", "predicted": 1.7, "predicted_lo": 1.2, "predicted_hi": 2.5,
                          "inside": bool(1.2 <= r["ratio"] <= 2.5)}])
     assert "; the lookahead committed before its runs predicted 1.70 [1.20, 2.50], the observation inside it)" in (
@@ -147,6 +149,9 @@ def test_where_outcome_only_does_not_learn_the_pretrained_sentence_gives_the_pai
 
     runs = pd.DataFrame(_arm_rows("p", "smollm2-sft", 0.0, 0.05, success=(0.2, 0.2)))
     table = rates.rate_table(runs, tmp_path, tmp_path / "none.csv")
-    text = P.study_sentence(table, rate_endpoints.endpoint_table(runs), pd.DataFrame())
-    assert "outcome-only GRPO does not learn the choice in 30 steps, so there is no ratio (SkillGate's slope minus " in text
-    assert "its success is not shown to differ (" in text
+    pre = pd.DataFrame([{"study": "p", "predicted": 3.1, "predicted_lo": 1.9, "predicted_hi": 6.0, "inside": None}])
+    text = P.study_sentence(table, rate_endpoints.endpoint_table(runs), pre)
+    assert ("outcome-only GRPO's speed of learning the choice is not shown above 0, so there is no ratio (SkillGate's "
+            "minus outcome-only's: +0.04") in text
+    assert " logit/step, above 0; the lookahead committed before its runs predicted 3.10 [1.90, 6.00]); " in text
+    assert "validation success " in text and "pp (covering 0)" in text and "inside" not in text

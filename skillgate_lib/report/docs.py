@@ -233,7 +233,8 @@ def verdict(figures_dir: Path, data_dir: Path) -> str:
             + success_sentence(success_by_regime(figures_dir, data_dir))[0].upper()
             + success_sentence(success_by_regime(figures_dir, data_dir))[1:] + ". "
             + rates.verdict_sentence(table, fit)
-            + (" " + look if (look := lookahead.lookahead_sentence(table, data_dir / "runs" / "predict")) else "")
+            + (" " + look if (look := lookahead.lookahead_sentence(table, data_dir / "runs" / "predict",
+                                                                   data_dir / "runs" / "speed")) else "")
             + (" " + own if (own := _pretrained_sentence(table, data_dir)) else ""))
     keep = re.sub(r"\[[^\]]*\]", lambda m: m.group(0).replace(" ", "\0"), text)  # no line break inside an interval
     return textwrap.fill(keep, width=112, break_on_hyphens=False, break_long_words=False).replace("\0", " ") + "\n"
@@ -297,12 +298,14 @@ def supplement(data_dir: Path, study: str, knob_label: str = "learning rate") ->
 
 
 def _rate_tables(data_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame, object]:
-    """The rate study's table and predictor fit (``data/runs/speed/``, AdamW studies for the fit), and the module."""
+    """The rate study's table (every study), the closed forms' fit (the tiny model's AdamW studies,
+    :func:`skillgate_lib.report.rates.embedded_studies`), and the module."""
     from skillgate_lib.report import rates
 
     table = rates.rate_table(rates.all_runs(data_dir / "runs" / "speed"), data_dir / "runs" / "diagnosis" / "probes",
                              data_dir / "runs" / "diagnosis" / "gradient_proxy" / "summary.csv")
-    return table, rates.predictor_fit(table[table["optimizer"] == "adamw"]), rates
+    tiny = rates.embedded_studies(table)  # the closed forms are scored over the regimes the sentences count
+    return table, rates.predictor_fit(tiny[tiny["optimizer"] == "adamw"]), rates
 
 
 def _rates(data_dir: Path) -> tuple[str, str, str]:

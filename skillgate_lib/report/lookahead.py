@@ -323,42 +323,62 @@ def preregistered(table: pd.DataFrame, root: str | Path = PREDICT_DIR,
     runs), the lookahead's prediction at the K it was committed to (the file's last K, the one its commit states; not
     a K chosen again as later studies come in) and its interval, the observed ratio, whether
     the observation falls in the prediction's interval, and the lookahead's and the constant's errors (x-fold).
+    A study of ``table`` without a ratio (outcome-only not shown to learn) keeps its row, the observation and errors
+    nan and ``inside`` None: the order of the commits does not depend on the result.
     The runs' commit is the one that added the study's ``selection.json``; a study not yet committed is left out."""
     preds = complete(predictions(root), root)
-    loo = loo_table(table, preds).set_index("study") if not preds.empty else pd.DataFrame()
+    if preds.empty or table.empty:
+        return pd.DataFrame()
+    loo = loo_table(table, preds).set_index("study")
     rows = []
-    for study in loo.index:
+    for study in sorted(set(table["study"]) & set(preds["study"])):
         pred_full = _added_by(Path(root) / f"{study}.json")
         runs_full = _added_by(Path(speed_root) / study / "selection.json")
         if None in (pred_full, runs_full) or pred_full == runs_full:
             continue
         if _git("merge-base", "--is-ancestor", pred_full, runs_full).returncode != 0:
             continue  # the prediction came after the runs: a retro-prediction
-        pred_commit, runs_commit = pred_full[:7], runs_full[:7]
-        r, k = loo.loc[study], int(preds.loc[preds["study"] == study, "k"].max())
+        k = int(preds.loc[preds["study"] == study, "k"].max())
         at = preds[(preds["study"] == study) & (preds["k"] == k)].iloc[0]
-        rows.append({"study": study, "prediction_commit": pred_commit, "runs_commit": runs_commit, "k": k,
+        r = loo.loc[study] if study in loo.index else None
+        observed = float(r["observed"]) if r is not None else math.nan
+        constant = float(r[CONSTANT]) if r is not None and CONSTANT in r else math.nan
+        rows.append({"study": study, "prediction_commit": pred_full[:7], "runs_commit": runs_full[:7], "k": k,
                      "predicted": float(at["ratio"]), "predicted_lo": float(at["ratio_lo"]),
-                     "predicted_hi": float(at["ratio_hi"]), "observed": r["observed"], "observed_lo": r["observed_lo"],
-                     "observed_hi": r["observed_hi"], "inside": bool(at["ratio_lo"] <= r["observed"] <= at["ratio_hi"]),
-                     "lookahead_off": math.exp(abs(math.log(r["observed"] / at["ratio"]))),
-                     "constant": r[CONSTANT], "constant_off": math.exp(abs(math.log(r["observed"] / r[CONSTANT])))})
+                     "predicted_hi": float(at["ratio_hi"]), "observed": observed,
+                     "observed_lo": float(r["observed_lo"]) if r is not None else math.nan,
+                     "observed_hi": float(r["observed_hi"]) if r is not None else math.nan,
+                     "inside": bool(at["ratio_lo"] <= observed <= at["ratio_hi"]) if r is not None else None,
+                     "lookahead_off": _off(observed, float(at["ratio"])), "constant": constant,
+                     "constant_off": _off(observed, constant)})
     return pd.DataFrame(rows)
+
+
+def _off(observed: float, predicted: float) -> float:
+    """How many times ``predicted`` misses ``observed`` (>= 1); nan where either is not a positive number."""
+    ok = all(math.isfinite(v) and v > 0 for v in (observed, predicted))
+    return math.exp(abs(math.log(observed / predicted))) if ok else math.nan
 
 
 def preregistered_sentence(pre: pd.DataFrame) -> str:
     """Each preregistered study in words: prediction (commit) against observation, and the constant beside it."""
-    return " ".join(
-        f"Preregistered for `{r.study}` (prediction in {r.prediction_commit}, runs in {r.runs_commit}): the lookahead "
-        f"predicted {r.predicted:.2f} [{r.predicted_lo:.2f}, {r.predicted_hi:.2f}] at K = {r.k}, the study observed "
-        f"{r.observed:.2f} [{r.observed_lo:.2f}, {r.observed_hi:.2f}], {'inside' if r.inside else 'outside'} the "
-        f"predicted interval (off {r.lookahead_off:.2f}x; the constant, {r.constant:.2f}, off {r.constant_off:.2f}x)."
-        for r in pre.itertuples())
+    def one(r) -> str:
+        said = (f"Preregistered for `{r.study}` (prediction in {r.prediction_commit}, runs in {r.runs_commit}): the "
+                f"lookahead predicted {r.predicted:.2f} [{r.predicted_lo:.2f}, {r.predicted_hi:.2f}] at K = {r.k}, ")
+        if not math.isfinite(r.observed):
+            return said + "the study observed no ratio (outcome-only's speed interval does not lie above 0)."
+        return said + (f"the study observed {r.observed:.2f} [{r.observed_lo:.2f}, {r.observed_hi:.2f}], "
+                       f"{'inside' if r.inside else 'outside'} the predicted interval (off {r.lookahead_off:.2f}x; "
+                       f"the constant, {r.constant:.2f}, off {r.constant_off:.2f}x).")
+    return " ".join(one(r) for r in pre.itertuples())
 
 
-def lookahead_sentence(table: pd.DataFrame, root: str | Path = PREDICT_DIR) -> str:
+def lookahead_sentence(table: pd.DataFrame, root: str | Path = PREDICT_DIR,
+                       speed_root: str | Path = paths.DATA_DIR / "runs" / "speed") -> str:
     """The README verdict's sentence on the lookahead: whether it predicts the speed ratio better than the constant,
-    left out in turn, and on how many studies; empty when fewer than three studies are predicted."""
+    left out in turn, and on how many studies; empty when fewer than three studies are predicted. The preregistered
+    studies of the tiny model are named here; a pretrained model's has its own sentence
+    (:func:`skillgate_lib.report.pretrained.study_sentence`)."""
     preds = complete(predictions(root), root)
     if preds.empty:
         return ""
@@ -368,8 +388,11 @@ def lookahead_sentence(table: pd.DataFrame, root: str | Path = PREDICT_DIR) -> s
     s = loo_summary(loo).set_index("predictor")
     a, c = s.loc[LOOKAHEAD], s.loc[CONSTANT]
     better = a["mean_abs_log_error"] < c["mean_abs_log_error"]
-    pre = preregistered(table, root)
-    registered = "".join(f"; `{r.study}`, preregistered {r.predicted:.2f} vs {r.observed:.2f}" for r in pre.itertuples())
+    pre = preregistered(table, root, speed_root)
+    if "pretrained" in table and len(pre):
+        pre = pre[pre["study"].isin(table.loc[~table["pretrained"].astype(bool), "study"])]
+    registered = "".join(f"; `{r.study}`, preregistered {r.predicted:.2f} vs "
+                         + (f"{r.observed:.2f}" if math.isfinite(r.observed) else "no ratio") for r in pre.itertuples())
     return (f"A {int(preds['k'].max())}-step lookahead does {'better' if better else 'no better'} (off "
             f"{math.exp(a['mean_abs_log_error']):.2f}x vs {math.exp(c['mean_abs_log_error']):.2f}x over {len(loo)} studies"
             f"{registered}).")

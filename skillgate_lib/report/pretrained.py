@@ -10,6 +10,7 @@ no runs yet is a state this module reports, not an error.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -194,44 +195,51 @@ def prediction(predict_root: str | Path, study: str) -> pd.DataFrame:
 
 
 
-def _shown(d: float, lo: float, hi: float, what: str) -> str:
-    word = "higher" if lo > 0 else "lower" if hi < 0 else "not shown to differ"
-    return f"{what} is {word} ({d:+.1f} [{lo:+.1f}, {hi:+.1f}] pp)"
+def _interval(v: float, lo: float, hi: float, f: str) -> str:
+    """``v [lo, hi]`` in format ``f``, the interval left out where it could not be computed (fewer than 3 pairs)."""
+    said = format(v, f)
+    return said + (f" [{format(lo, f)}, {format(hi, f)}]" if math.isfinite(lo) and math.isfinite(hi) else " (no interval)")
+
+
+def _side(lo: float, hi: float) -> str:
+    return "above 0" if lo > 0 else "below 0" if hi < 0 else "covering 0"
 
 
 def study_sentence(table: pd.DataFrame, endpoints: pd.DataFrame, pre: pd.DataFrame) -> str:
     """The README verdict's sentence on each pretrained model's rate study (the rows of ``table``, a
-    :func:`skillgate_lib.report.rates.rate_table`, whose ``pretrained`` is set): how SkillGate's speed of learning
-    the choice compares (the ratio with its BCa interval where outcome-only learns the choice, else the paired
-    slope difference; each word backed by both tests, :func:`skillgate_lib.report.rates.faster_word`), the
-    lookahead committed before the study's runs against it (``pre``, :func:`skillgate_lib.report.lookahead.preregistered`),
-    and where the arms end after the last step (``endpoints``, :func:`skillgate_lib.report.rate_endpoints.endpoint_table`:
-    validation success and oracle-read, paired t-intervals). Empty while no pretrained study has run."""
+    :func:`skillgate_lib.report.rates.rate_table`, whose ``pretrained`` is set). How SkillGate's speed of learning
+    the choice compares: where outcome-only learns the choice, the ratio with its BCa interval and the word both
+    tests give (:func:`skillgate_lib.report.rates.faster_word`); elsewhere the paired slope difference and the side
+    of 0 its interval lies on. The lookahead committed before the study's runs, against it (``pre``,
+    :func:`skillgate_lib.report.lookahead.preregistered`). Where the arms end after the last step (``endpoints``,
+    :func:`skillgate_lib.report.rate_endpoints.endpoint_table`): SkillGate minus outcome-only in validation success and
+    oracle-read, paired t-intervals, each with the side of 0 it lies on. Empty while no pretrained study has run."""
     from skillgate_lib.report.rates import faster_word
 
     if "pretrained" not in table:
         return ""
-    pre = pre.set_index("study") if len(pre) else pre
+    pre = pre.set_index("study") if len(pre) else pd.DataFrame()
     out = []
     for r in table[table["pretrained"].astype(bool)].sort_values("study").itertuples():
         text = f"On the pretrained `{r.model}` (`{r.study}`, {r.seeds} seed pairs), "
         if r.outcome_learns:
-            text += (f"SkillGate is {faster_word(r)} than outcome-only GRPO at learning the choice ({r.ratio:.2f} "
-                     f"[{r.ratio_lo:.2f}, {r.ratio_hi:.2f}]x")
+            text += (f"SkillGate is {faster_word(r)} than outcome-only GRPO at learning the choice "
+                     f"({_interval(r.ratio, r.ratio_lo, r.ratio_hi, '.2f')}x")
         else:
-            text += (f"outcome-only GRPO does not learn the choice in 30 steps, so there is no ratio (SkillGate's slope "
-                     f"minus outcome-only's: {r.diff:+.3f} [{r.diff_lo:+.3f}, {r.diff_hi:+.3f}] logit/step")
-        if r.study in getattr(pre, "index", ()):
+            text += (f"outcome-only GRPO's speed of learning the choice is not shown above 0, so there is no ratio "
+                     f"(SkillGate's minus outcome-only's: {_interval(r.diff, r.diff_lo, r.diff_hi, '+.3f')} logit/step, "
+                     f"{_side(r.diff_lo, r.diff_hi)}")
+        if r.study in pre.index:
             p = pre.loc[r.study]
-            text += (f"; the lookahead committed before its runs predicted {p['predicted']:.2f} "
-                     f"[{p['predicted_lo']:.2f}, {p['predicted_hi']:.2f}]"
+            text += (f"; the lookahead committed before its runs predicted "
+                     f"{_interval(p['predicted'], p['predicted_lo'], p['predicted_hi'], '.2f')}"
                      + (f", the observation {'inside' if p['inside'] else 'outside'} it" if r.outcome_learns else ""))
         else:
-            text += "; no prediction was committed before its runs"
-        ends = endpoints[endpoints["study"] == r.study].set_index("endpoint") if len(endpoints) else endpoints
-        said = [_shown(e["diff"], e["diff_lo"], e["diff_hi"], label)
-                for key, label in (("validation success", "success"), ("validation oracle-read", "oracle-read"))
-                if key in getattr(ends, "index", ()) for e in [ends.loc[key]]]
-        text += ")" + (f"; after the last step its {' and its '.join(said)}" if said else "") + "."
+            text += "; no prediction committed before its runs is found"
+        ends = endpoints[endpoints["study"] == r.study].set_index("endpoint") if len(endpoints) else pd.DataFrame()
+        said = [f"{label} {_interval(e['diff'], e['diff_lo'], e['diff_hi'], '+.1f')} pp ({_side(e['diff_lo'], e['diff_hi'])})"
+                for label in ("validation success", "validation oracle-read") if label in ends.index
+                for e in [ends.loc[label]]]
+        text += ")" + (f"; after the last step, SkillGate minus outcome-only: {', '.join(said)}" if said else "") + "."
         out.append(text)
     return " ".join(out)
