@@ -30,6 +30,6 @@ def registry():
 
 @pytest.fixture(scope="session")
 def notebooks_at_defaults(tmp_path_factory) -> notebook_clone.CloneRun:
-    """Notebooks 01, 02, 04, 05 and 06 run once at their defaults in a clone of the working tree
+    """Every notebook but those that train (03) run once at their defaults in a clone of the working tree
     (:mod:`notebook_clone`): the headless checks, the clean-tree check and notebook 04's checks read this one run."""
     return notebook_clone.run_at_defaults(tmp_path_factory.mktemp("notebooks_at_defaults"))

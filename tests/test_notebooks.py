@@ -194,9 +194,9 @@ def test_progress_pattern_tells_bars_from_warnings():
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=ids)
 def test_notebook_runs_headless(path, tmp_path, monkeypatch, request):
-    """Every notebook runs headless at its defaults without an error: those of ``notebook_clone.AT_DEFAULTS`` read
+    """Every notebook runs headless at its defaults without an error: those of ``notebook_clone.at_defaults()`` read
     from the session's one run in a clone (``notebooks_at_defaults``), any other here."""
-    if path.stem in notebook_clone.AT_DEFAULTS:
+    if path.stem in notebook_clone.at_defaults():
         run = request.getfixturevalue("notebooks_at_defaults")
         assert run.notebooks[path.stem]["error"] is None, run.notebooks[path.stem]["error"]
         executed = run.executed(path.stem)
