@@ -155,3 +155,17 @@ def test_where_outcome_only_does_not_learn_the_pretrained_sentence_gives_the_pai
             "minus outcome-only's: +0.04") in text
     assert " logit/step, above 0; the lookahead committed before its runs predicted 3.10 [1.90, 6.00]); " in text
     assert "validation success " in text and "pp (covering 0)" in text and "inside" not in text
+
+
+def test_the_verdicts_pretrained_sentence_reads_a_committed_study_end_to_end():
+    """The docs path on committed files, `paper_note8_h68` standing in for a pretrained study (its prediction was
+    committed before its runs): the ratio, the prediction with its commit order, and the end points."""
+    from skillgate_lib.report import docs
+
+    table = docs._rate_tables(paths.DATA_DIR)[0]
+    assert docs._pretrained_sentence(table, paths.DATA_DIR) == ""  # no pretrained study has run yet
+    table.loc[table["study"] == "paper_note8_h68", "pretrained"] = True
+    text = docs._pretrained_sentence(table, paths.DATA_DIR)
+    assert text.startswith("On the pretrained `tiny-note8` (`paper_note8_h68`, 8 seed pairs), SkillGate is faster than")
+    assert "the lookahead committed before its runs predicted 1.63 [1.41, 1.87], the observation inside it" in text
+    assert "validation success " in text and "validation oracle-read " in text

@@ -248,7 +248,8 @@ def _pretrained_sentence(table: pd.DataFrame, data_dir: Path) -> str:
     if "pretrained" not in table or not table["pretrained"].any():
         return ""
     speed = data_dir / "runs" / "speed"
-    ends = rate_endpoints.endpoint_table(rates.all_runs(speed))
+    ends = rate_endpoints.endpoint_table(pd.concat([rates.run_table(speed / s)
+                                                    for s in table.loc[table["pretrained"], "study"]]))
     return pretrained.study_sentence(table, ends, lookahead.preregistered(table, data_dir / "runs" / "predict", speed))
 
 

@@ -388,9 +388,11 @@ def lookahead_sentence(table: pd.DataFrame, root: str | Path = PREDICT_DIR,
     s = loo_summary(loo).set_index("predictor")
     a, c = s.loc[LOOKAHEAD], s.loc[CONSTANT]
     better = a["mean_abs_log_error"] < c["mean_abs_log_error"]
+    from skillgate_lib.report.rates import embedded_studies
+
     pre = preregistered(table, root, speed_root)
-    if "pretrained" in table and len(pre):
-        pre = pre[pre["study"].isin(table.loc[~table["pretrained"].astype(bool), "study"])]
+    if len(pre):
+        pre = pre[pre["study"].isin(embedded_studies(table)["study"])]
     registered = "".join(f"; `{r.study}`, preregistered {r.predicted:.2f} vs "
                          + (f"{r.observed:.2f}" if math.isfinite(r.observed) else "no ratio") for r in pre.itertuples())
     return (f"A {int(preds['k'].max())}-step lookahead does {'better' if better else 'no better'} (off "

@@ -194,7 +194,6 @@ def prediction(predict_root: str | Path, study: str) -> pd.DataFrame:
     return preds[preds["study"] == study].reset_index(drop=True) if not preds.empty else preds
 
 
-
 def _interval(v: float, lo: float, hi: float, f: str) -> str:
     """``v [lo, hi]`` in format ``f``, the interval left out where it could not be computed (fewer than 3 pairs)."""
     said = format(v, f)

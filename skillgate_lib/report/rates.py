@@ -253,7 +253,8 @@ def embedded_studies(table: pd.DataFrame) -> pd.DataFrame:
     """The rows of a :func:`rate_table` trained on the kit's embedded tiny model: the studies the rate sentences
     count regimes over. A pretrained model's study (``pretrained``) is reported on its own (notebook 06 and its
     own verdict sentence, :func:`skillgate_lib.report.pretrained.study_sentence`), a rule fixed before its first
-    run; the predictors are scored over every study. A table without the column is the tiny model's."""
+    run. The closed forms' fit follows the sentences; the lookahead's leave-one-out scores every study. A table
+    without the column is the tiny model's."""
     return table[~table["pretrained"].astype(bool)] if "pretrained" in table else table
 
 
