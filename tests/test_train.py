@@ -64,6 +64,32 @@ def test_resume_reproduces_the_uninterrupted_run(tiny_model_dir, tmp_path):
     pd.testing.assert_frame_equal(full[cols].reset_index(drop=True), resumed[cols].reset_index(drop=True))
 
 
+def test_a_checkpoint_asked_for_is_written_once_and_resumes_to_the_same_numbers(tiny_model_dir, tmp_path, monkeypatch):
+    """``touch STUDY/checkpoint.now``: the run in it checkpoints after the step in progress (none is due before step 3
+    here), and a run given back right after resumes from that step to the uninterrupted run's numbers."""
+    full = train.train(_cfg(tiny_model_dir, tmp_path / "full", credit="outcome", checkpoint_every=10), progress=False)
+    study = tmp_path / "study"
+    study.mkdir()
+    (study / train.CHECKPOINT_REQUEST).touch()
+    cfg = _cfg(tiny_model_dir, study / "run", credit="outcome", checkpoint_every=10)
+    saved, real = [], train._save_checkpoint
+
+    def save(run_dir, model, opt, step, skill_values=None):
+        real(run_dir, model, opt, step, skill_values)
+        saved.append(step)
+        if len(saved) == 1:
+            raise KeyboardInterrupt  # the machine goes back right after the checkpoint asked for
+
+    monkeypatch.setattr(train, "_save_checkpoint", save)
+    with pytest.raises(KeyboardInterrupt):
+        train.train(cfg, progress=False)
+    assert saved == [1]
+    resumed = train.train(cfg, progress=False, resume=True)
+    assert saved == [1, 3], "one checkpoint per request: the touch older than the checkpoint asks for nothing more"
+    cols = [c for c in full.columns if not c.startswith("time/")]
+    pd.testing.assert_frame_equal(full[cols].reset_index(drop=True), resumed[cols].reset_index(drop=True))
+
+
 def test_same_seed_same_numbers(tiny_model_dir, tmp_path):
     a = train.train(_cfg(tiny_model_dir, tmp_path / "a", steps=1, eval_every=1), progress=False)
     b = train.train(_cfg(tiny_model_dir, tmp_path / "b", steps=1, eval_every=1), progress=False)

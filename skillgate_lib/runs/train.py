@@ -124,7 +124,8 @@ class TrainConfig:
     log_train_every: int = 5
     """Write the training trajectories of every N-th step (all eval trajectories are written)."""
     checkpoint_every: int = 10
-    """Atomic checkpoint (adapter, optimizer, step) every N steps."""
+    """Atomic checkpoint (adapter, optimizer, step) every N steps, at the end, and after any step that finds a
+    request (:data:`CHECKPOINT_REQUEST`) newer than the run's checkpoint."""
     threads: int = 2
     """torch CPU threads."""
     device: str = "auto"
@@ -239,6 +240,21 @@ def _bc_loss(model, tokenizer, env: SkillSlateEnv, episodes: list[Episode]) -> t
 
 def _checkpoint_path(run_dir: Path) -> Path:
     return run_dir / "checkpoint.pt"
+
+
+#: A file that asks for a checkpoint now: ``touch RUN_DIR/checkpoint.now`` (or the study's directory, for every run
+#: in it), and each run training there writes its checkpoint after the step in progress (and its evaluation), once
+#: per touch. Before a machine is given back, it keeps the steps since the last due checkpoint: an interrupted run
+#: resumes from any step to the same numbers (the module docstring). Nothing removes the file.
+CHECKPOINT_REQUEST = "checkpoint.now"
+
+
+def checkpoint_requested(run_dir: Path) -> bool:
+    """Whether ``run_dir/checkpoint.now`` or its parent's is newer than the run's checkpoint (or it has none)."""
+    ckpt = _checkpoint_path(run_dir)
+    done = ckpt.stat().st_mtime_ns if ckpt.exists() else -1
+    return any(r.exists() and r.stat().st_mtime_ns > done
+               for r in (run_dir / CHECKPOINT_REQUEST, run_dir.parent / CHECKPOINT_REQUEST))
 
 
 def _save_checkpoint(run_dir: Path, model, opt, step: int, skill_values=None) -> None:
@@ -642,8 +658,9 @@ class TrainingRun:
         return row
 
     def checkpoint(self, step: int) -> None:
-        """The atomic checkpoint after ``step`` steps, when one is due (every ``checkpoint_every``, and at the end)."""
-        if step % self.cfg.checkpoint_every == 0 or step == self.cfg.steps:
+        """The atomic checkpoint after ``step`` steps, when one is due (every ``checkpoint_every``, at the end, and when
+        asked for: :data:`CHECKPOINT_REQUEST`)."""
+        if step % self.cfg.checkpoint_every == 0 or step == self.cfg.steps or checkpoint_requested(Path(self.cfg.run_dir)):
             _save_checkpoint(Path(self.cfg.run_dir), self.model, self.opt, step, self.skill_values)
 
     def finish(self) -> pd.DataFrame:
