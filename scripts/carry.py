@@ -2,6 +2,7 @@
 
     python scripts/carry.py data/runs/in_progress/predict/paper_f30.json data/runs/in_progress/speed/paper_f30
     python scripts/carry.py --list data/runs/in_progress/speed/paper_f30    # print them, stage nothing
+    python scripts/carry.py --checkpoint-first data/runs/in_progress/speed/paper_f30  # before a machine goes back
 
 A job longer than a machine is lent for (the SmolLM2 lookahead and rate study run for hours to days on
 two cores) goes on in the next checkout only through what is committed. This names what resuming reads:
@@ -14,6 +15,9 @@ two cores) goes on in the next checkout only through what is committed. This nam
   several minutes of SmolLM2's time; read only while the code, package versions, chip and settings are unchanged).
   A finished run's checkpoint, the trajectory tables and the sample logs stay behind: resuming never reads them.
 
+``--checkpoint-first`` asks the run training in a study for a checkpoint now (``checkpoint.now``, read by
+:func:`skillgate_lib.runs.train.checkpoint_requested`), waits until it is written (after the step in progress
+and its evaluation: minutes for SmolLM2) and then carries it, so resuming trains that step again at most.
 The files are staged with ``git add -f`` (``data/runs/in_progress/.gitignore`` ignores everything else there),
 so ``git status`` stays clean while a job writes. Exits 1, naming the path, where a path is neither.
 """
@@ -23,11 +27,13 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 STUDY_FILES = ("plan.json", "selection.json")
 SHARED_EVAL = "step0_eval"  # skillgate_lib.runs.warm_eval.FOLDER (this script runs without the library)
 RUN_FILES = ("config.json", "metrics.jsonl", "test.json")
+CHECKPOINT_REQUEST = "checkpoint.now"  # skillgate_lib.runs.train.CHECKPOINT_REQUEST
 
 
 def carried(path: Path) -> list[Path]:
@@ -48,11 +54,54 @@ def carried(path: Path) -> list[Path]:
     return out
 
 
+def _newer(path: Path, than: float) -> bool:
+    return path.exists() and path.stat().st_mtime_ns > than
+
+
+def checkpoint_first(study: Path, timeout_s: float, poll_s: float = 5.0) -> list[Path]:
+    """Ask the runs training in ``study`` for a checkpoint (touch ``study/checkpoint.now``) and wait until each run
+    that logs a step after the request has written one after it too; returns those runs. Empty where every run is
+    finished, or none logged a step within ``timeout_s`` (nothing is training there); raises TimeoutError naming a run that logged one but
+    wrote no checkpoint in time."""
+    request = study / CHECKPOINT_REQUEST
+    request.touch()
+    asked = request.stat().st_mtime_ns
+    deadline = time.monotonic() + timeout_s
+    while True:
+        unfinished = [d for d in study.iterdir() if (d / "config.json").is_file() and not (d / "adapter").exists()]
+        if not unfinished:
+            return []
+        active = [d for d in unfinished if _newer(d / "metrics.jsonl", asked)]
+        waiting = [d for d in active if not _newer(d / "checkpoint.pt", asked)]
+        if active and not waiting:
+            return sorted(active)
+        if time.monotonic() > deadline:
+            if waiting:
+                raise TimeoutError(f"{', '.join(map(str, waiting))}: logged a step after {request} but wrote no "
+                                   f"checkpoint within {timeout_s:.0f} s")
+            return []
+        time.sleep(poll_s)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("paths", nargs="+", type=Path, help="a prediction's JSON or a study's --out-dir")
     p.add_argument("--list", action="store_true", help="print the files, stage nothing")
+    p.add_argument("--checkpoint-first", action="store_true",
+                   help="ask each study's training run for a checkpoint now and wait for it before carrying")
+    p.add_argument("--timeout", type=float, default=1200, help="seconds --checkpoint-first waits (default 1200)")
     args = p.parse_args(argv)
+    if args.checkpoint_first:
+        for path in args.paths:
+            if path.is_dir() and (path / "plan.json").is_file():
+                print(f"carry: asked {path} for a checkpoint; waiting (at most {args.timeout:.0f} s)", file=sys.stderr)
+                try:
+                    runs = checkpoint_first(path, args.timeout)
+                except TimeoutError as e:
+                    print(f"carry: {e}", file=sys.stderr)
+                    return 1
+                print(f"carry: checkpoint written by {', '.join(d.name for d in runs)}" if runs
+                      else f"carry: no run is training in {path}; carrying what is there", file=sys.stderr)
     files = []
     for path in args.paths:
         try:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -73,3 +75,44 @@ def test_carry_stages_the_files_in_git_even_where_ignored(tmp_path, monkeypatch)
     staged = subprocess.run(["git", "-C", str(repo), "diff", "--cached", "--name-only"], capture_output=True, text=True,
                             check=True).stdout.split()
     assert len(staged) == 10 and all("trajectories" not in s and "samples" not in s for s in staged)
+
+
+def _trainer(run: Path, checkpoint: bool) -> threading.Thread:
+    """A stand-in for the run training in a study: it logs a step, then (when ``checkpoint``) writes a checkpoint."""
+    def work():
+        time.sleep(0.2)
+        with (run / "metrics.jsonl").open("a") as fh:
+            fh.write('{"step": 11}\n')
+        if checkpoint:
+            time.sleep(0.2)
+            (run / "checkpoint.pt").write_bytes(b"step 11")
+    t = threading.Thread(target=work)
+    t.start()
+    return t
+
+
+def test_checkpoint_first_waits_for_the_checkpoint_asked_for(tmp_path):
+    carry = _load()
+    study = _study(tmp_path / "s")
+    run = study / "skillgate-lr0.0003-seed0"
+    t = _trainer(run, checkpoint=True)
+    assert carry.checkpoint_first(study, timeout_s=30, poll_s=0.05) == [run]
+    t.join()
+    assert (run / "checkpoint.pt").read_bytes() == b"step 11"
+    from skillgate_lib.runs import train
+
+    assert carry.CHECKPOINT_REQUEST == train.CHECKPOINT_REQUEST
+    assert train.checkpoint_requested(run) is False  # the checkpoint is newer than the request it served
+
+
+def test_checkpoint_first_names_a_run_that_logs_but_does_not_checkpoint_and_passes_an_idle_study(tmp_path, capsys):
+    carry = _load()
+    study = _study(tmp_path / "s")
+    run = study / "skillgate-lr0.0003-seed0"
+    t = _trainer(run, checkpoint=False)
+    with pytest.raises(TimeoutError, match="skillgate-lr0.0003-seed0.*no checkpoint"):
+        carry.checkpoint_first(study, timeout_s=1, poll_s=0.05)
+    t.join()
+    assert carry.checkpoint_first(study, timeout_s=0.2, poll_s=0.05) == []  # nothing training: carry what is there
+    assert carry.main(["--list", "--checkpoint-first", "--timeout", "0.2", str(study)]) == 0
+    assert "no run is training" in capsys.readouterr().err
