@@ -54,15 +54,15 @@ def carried(path: Path) -> list[Path]:
     return out
 
 
-def _newer(path: Path, than: float) -> bool:
+def _newer(path: Path, than: int) -> bool:
     return path.exists() and path.stat().st_mtime_ns > than
 
 
 def checkpoint_first(study: Path, timeout_s: float, poll_s: float = 5.0) -> list[Path]:
     """Ask the runs training in ``study`` for a checkpoint (touch ``study/checkpoint.now``) and wait until each run
     that logs a step after the request has written one after it too; returns those runs. Empty where every run is
-    finished, or none logged a step within ``timeout_s`` (nothing is training there); raises TimeoutError naming a run that logged one but
-    wrote no checkpoint in time."""
+    finished, or none logged a step within ``timeout_s`` (nothing is training there); raises TimeoutError naming a
+    run that logged one but wrote no checkpoint in time."""
     request = study / CHECKPOINT_REQUEST
     request.touch()
     asked = request.stat().st_mtime_ns
