@@ -139,8 +139,8 @@ def test_a_preregistered_study_without_a_ratio_keeps_its_row(monkeypatch):
                           for s in ("learns", "stalls") for k in (1, 5)])
     monkeypatch.setattr(L, "predictions", lambda root: preds)
     monkeypatch.setattr(L, "complete", lambda p, root: p)
-    monkeypatch.setattr(L, "_added_by", lambda path: ("a" if str(path).endswith(".json") and "selection" not in str(path)
-                                                      else "b") * 40)
+    monkeypatch.setattr(L, "_added_by", lambda *paths: ("a" if all(str(p).endswith(".json") and "selection" not in str(p)
+                                                                    for p in paths) else "b") * 40)
     monkeypatch.setattr(L, "_git", lambda *args: type("Done", (), {"returncode": 0})())
     pre = L.preregistered(table).set_index("study")
     assert set(pre.index) == {"learns", "stalls"} and pre.loc["stalls", "inside"] is None
@@ -149,3 +149,49 @@ def test_a_preregistered_study_without_a_ratio_keeps_its_row(monkeypatch):
     text = L.preregistered_sentence(pre.reset_index())
     assert "Preregistered for `stalls` (prediction in aaaaaaa, runs in bbbbbbb): " in text
     assert "the study observed no ratio (outcome-only's speed interval does not lie above 0)." in text
+
+
+def test_a_prediction_committed_after_a_carried_run_is_not_preregistered(tmp_path, monkeypatch):
+    """A long study is carried across checkouts (``data/runs/in_progress/speed/<study>``) long before it is exported:
+    its runs begin with the first commit holding a carried run's records, not with its ``selection.json``, so a
+    prediction committed between the two is a retro-prediction; one committed before the first carry counts, with
+    that carry as the runs' commit."""
+    import subprocess
+
+    from skillgate_lib import paths
+    from skillgate_lib.report import rates
+
+    rows = [{"study": "s", "regime": "s", "optimizer": "adamw", "model": "m", "method": m, "seed": i, "chosen": True,
+             "lr": 3e-4, "slope_val": v, "slope_onpolicy": v, "half_gap_step": 10.0, "val_oracle_read_0": 0.4,
+             "val_oracle_read_final": 0.5, "val_success_final": 0.2}
+            for m, base in (("outcome", 0.05), ("skillgate", 0.1)) for i, v in enumerate(base + 0.001 * np.arange(8))]
+    table = rates.rate_table(pd.DataFrame(rows), None, None)
+    preds = pd.DataFrame([{"study": "s", "k": 5, "ratio": 2.0, "ratio_lo": 1.5, "ratio_hi": 3.0, "file": "s.json"}])
+    monkeypatch.setattr(L, "predictions", lambda root: preds)
+    monkeypatch.setattr(L, "complete", lambda p, root: p)
+
+    def history(repo: Path, order: list[str]) -> list[str]:
+        """A repository whose commits add ``order``'s files in turn; returns the commits' ids."""
+        def git(*args):
+            return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
+        repo.mkdir()
+        git("init", "-q")
+        for rel in order:
+            (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+            (repo / rel).write_text("{}\n")
+            git("add", rel)
+            git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--no-verify", "-m", rel)
+        return git("log", "--reverse", "--format=%H").split()
+
+    carried = "data/runs/in_progress/speed/s/outcome-lr0.0003-seed0/metrics.jsonl"
+    predicted, exported = "data/runs/predict/s.json", "data/runs/speed/s/selection.json"
+    for name, order, counts in (("late", [carried, predicted, exported], False),
+                                ("early", [predicted, carried, exported], True),
+                                ("running", [predicted, carried], False)):  # not exported yet: left out
+        repo = tmp_path / name
+        ids = history(repo, order)
+        monkeypatch.setattr(paths, "REPO_ROOT", repo)
+        pre = L.preregistered(table, repo / "data/runs/predict", repo / "data/runs/speed")
+        assert (not pre.empty) == counts, (name, pre)
+        if counts:
+            assert pre.set_index("study").loc["s", "runs_commit"] == ids[order.index(carried)][:7]

@@ -54,11 +54,22 @@ def _git(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["git", "-C", str(paths.REPO_ROOT), *args], capture_output=True, text=True)
 
 
-def _added_by(path: str | Path) -> str | None:
-    """The full id of the commit that added ``path`` (``git log --diff-filter=A``), or None."""
-    out = _git("log", "--diff-filter=A", "--format=%H", "--", str(Path(path).resolve()))
+def _added_by(*paths: str | Path) -> str | None:
+    """The full id of the oldest commit that added any of ``paths`` (``git log --diff-filter=A``; a path may hold a
+    ``*``, git's pathspec wildcard), or None."""
+    out = _git("log", "--diff-filter=A", "--format=%H", "--", *(str(Path(p).resolve()) for p in paths))
     ids = out.stdout.split() if out.returncode == 0 else []
     return ids[-1] if ids else None
+
+
+def _runs_added_by(speed_root: str | Path, study: str) -> str | None:
+    """The commit of a study's first runs: the oldest that added its exported ``selection.json`` or any run's records
+    carried while it ran (``data/runs/in_progress/speed/<study>/<run>/metrics.jsonl``, beside ``speed_root``); None
+    until the study is exported."""
+    export = Path(speed_root) / study / "selection.json"
+    if _added_by(export) is None:
+        return None
+    return _added_by(export, Path(speed_root).parent / "in_progress" / "speed" / study / "*" / "metrics.jsonl")
 
 
 def added_in(path: str | Path) -> str:
@@ -325,7 +336,8 @@ def preregistered(table: pd.DataFrame, root: str | Path = PREDICT_DIR,
     the observation falls in the prediction's interval, and the lookahead's and the constant's errors (x-fold).
     A study of ``table`` without a ratio (outcome-only not shown to learn) keeps its row, the observation and errors
     nan and ``inside`` None: the order of the commits does not depend on the result.
-    The runs' commit is the one that added the study's ``selection.json``; a study not yet committed is left out."""
+    The runs' commit is the first to hold any of the study's runs (:func:`_runs_added_by`: its exported
+    ``selection.json`` or a run carried while it ran); a study not yet exported is left out."""
     preds = complete(predictions(root), root)
     if preds.empty or table.empty:
         return pd.DataFrame()
@@ -333,7 +345,7 @@ def preregistered(table: pd.DataFrame, root: str | Path = PREDICT_DIR,
     rows = []
     for study in sorted(set(table["study"]) & set(preds["study"])):
         pred_full = _added_by(Path(root) / f"{study}.json")
-        runs_full = _added_by(Path(speed_root) / study / "selection.json")
+        runs_full = _runs_added_by(speed_root, study)
         if None in (pred_full, runs_full) or pred_full == runs_full:
             continue
         if _git("merge-base", "--is-ancestor", pred_full, runs_full).returncode != 0:
