@@ -134,12 +134,12 @@ def test_a_pretrained_study_gets_its_own_sentence_and_the_tiny_models_sentences_
     r = table.set_index("study").loc["p"]
     assert none.startswith(f"On the pretrained `smollm2-sft` (`p`, 8 seed pairs), SkillGate is faster than outcome-only "
                            f"GRPO at learning the choice ({r['ratio']:.2f} [{r['ratio_lo']:.2f}, {r['ratio_hi']:.2f}]x; "
-                           "no prediction committed before its runs is found); after the last step, SkillGate minus "
+                           "no prediction committed before its runs); after the last step, SkillGate minus "
                            "outcome-only: validation success +")
     assert "pp (above 0), validation oracle-read +" in none and none.count("On the pretrained") == 1
     pre = pd.DataFrame([{"study": "p", "predicted": 1.7, "predicted_lo": 1.2, "predicted_hi": 2.5,
                          "inside": bool(1.2 <= r["ratio"] <= 2.5)}])
-    assert "; the lookahead committed before its runs predicted 1.70 [1.20, 2.50], the observation inside it)" in (
+    assert "; the lookahead preregistered 1.70 [1.20, 2.50], the observation inside it)" in (
         P.study_sentence(table, ends, pre))
     assert P.study_sentence(table[~table["pretrained"]], ends, pre) == ""  # no pretrained study has run yet
 
@@ -153,7 +153,7 @@ def test_where_outcome_only_does_not_learn_the_pretrained_sentence_gives_the_pai
     text = P.study_sentence(table, rate_endpoints.endpoint_table(runs), pre)
     assert ("outcome-only GRPO's speed of learning the choice is not shown above 0, so there is no ratio (SkillGate's "
             "minus outcome-only's: +0.04") in text
-    assert " logit/step, above 0; the lookahead committed before its runs predicted 3.10 [1.90, 6.00]); " in text
+    assert " logit/step, above 0; the lookahead preregistered 3.10 [1.90, 6.00]); " in text
     assert "validation success " in text and "pp (covering 0)" in text and "inside" not in text
 
 
@@ -167,5 +167,28 @@ def test_the_verdicts_pretrained_sentence_reads_a_committed_study_end_to_end():
     table.loc[table["study"] == "paper_note8_h68", "pretrained"] = True
     text = docs._pretrained_sentence(table, paths.DATA_DIR)
     assert text.startswith("On the pretrained `tiny-note8` (`paper_note8_h68`, 8 seed pairs), SkillGate is faster than")
-    assert "the lookahead committed before its runs predicted 1.63 [1.41, 1.87], the observation inside it" in text
+    assert "the lookahead preregistered 1.63 [1.41, 1.87], the observation inside it" in text
     assert "validation success " in text and "validation oracle-read " in text
+
+
+def test_the_readme_has_room_for_the_pretrained_studys_sentence(monkeypatch):
+    """When the SmolLM2 rate study lands, the verdict gains its sentence: with `paper_note8_h68` standing in for a
+    pretrained study (a sentence of the same shape and length), the verdict and the README still fit their caps."""
+    from skillgate_lib.report import docs
+
+    real = docs._rate_tables
+
+    def with_a_pretrained_study(data_dir):
+        table, fit, rates = real(data_dir)
+        table = table.copy()
+        table.loc[table["study"] == "paper_note8_h68", "pretrained"] = True
+        return table, fit, rates
+
+    monkeypatch.setattr(docs, "_rate_tables", with_a_pretrained_study)
+    text = docs.verdict(paths.REPO_ROOT / "figures", paths.DATA_DIR)
+    assert "On the pretrained `tiny-note8` (`paper_note8_h68`" in text
+    readme = (paths.REPO_ROOT / "README.md").read_text()
+    now = readme.split("<!-- generated: verdict -->")[1].split("<!-- end generated -->")[0].strip().splitlines()
+    lines = len(text.strip().splitlines())
+    assert lines <= docs.VERDICT_LINES, text
+    assert len(readme.splitlines()) - len(now) + lines <= 200, (len(readme.splitlines()), len(now), lines)

@@ -216,6 +216,9 @@ def search_caveat(study_dir: Path, method: str = "skillgate") -> str:
     return ", ".join(out)
 
 
+VERDICT_LINES = 16  # the most lines the README verdict may take: one screen, with the pretrained study's sentence
+
+
 def verdict(figures_dir: Path, data_dir: Path) -> str:
     """The README verdict, every number read from ``figures/``, ``data/runs/study/``, ``data/runs/diagnosis/`` and
     ``data/runs/speed/``; each of its words ("faster", "more", "level", "not shown") is backed by an interval."""

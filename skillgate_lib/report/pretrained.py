@@ -230,11 +230,11 @@ def study_sentence(table: pd.DataFrame, endpoints: pd.DataFrame, pre: pd.DataFra
                      f"{_side(r.diff_lo, r.diff_hi)}")
         if r.study in pre.index:
             p = pre.loc[r.study]
-            text += (f"; the lookahead committed before its runs predicted "
+            text += (f"; the lookahead preregistered "
                      f"{_interval(p['predicted'], p['predicted_lo'], p['predicted_hi'], '.2f')}"
                      + (f", the observation {'inside' if p['inside'] else 'outside'} it" if r.outcome_learns else ""))
         else:
-            text += "; no prediction committed before its runs is found"
+            text += "; no prediction committed before its runs"
         ends = endpoints[endpoints["study"] == r.study].set_index("endpoint") if len(endpoints) else pd.DataFrame()
         said = [f"{label} {_interval(e['diff'], e['diff_lo'], e['diff_hi'], '+.1f')} pp ({_side(e['diff_lo'], e['diff_hi'])})"
                 for label in ("validation success", "validation oracle-read") if label in ends.index
