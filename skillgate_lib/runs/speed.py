@@ -36,6 +36,7 @@ Command line::
     python -m skillgate_lib speed --regime paper_note8 --dry-run                 # the plan and its wall time
     python -m skillgate_lib speed --regime paper_f30 --dry-run --calibrate --workers 1 --threads 2   # ... timed here
     python -m skillgate_lib speed --regime paper_note8                           # run or resume it
+    python -m skillgate_lib speed --regime paper_note8 --status                  # where it stands
     python -m skillgate_lib speed --regime paper_echo_f30 --optimizer nsgd       # the optimizer control
 """
 
@@ -198,6 +199,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "with --threads; a few minutes for a pretrained model) instead of the kit's table of timings")
     p.add_argument("--export", type=Path, metavar="DIR",
                    help="after the study, copy its plan, selection and each run's config, metrics and test record to DIR")
+    p.add_argument("--status", action="store_true",
+                   help="print where the study in --out-dir stands (each run's state, the work left) and run nothing; "
+                        "safe beside the running study")
+    p.add_argument("--eval-seconds", type=float, metavar="S",
+                   help="with --status: seconds an evaluation of 256 instances takes here (default: the kit's table)")
     preregister.add_plan_flags(p)
     return p
 
@@ -208,6 +214,19 @@ def speed_main(argv: list[str] | None = None) -> int:
     plan = plan_for(args.regime, args.optimizer, args.seeds)
     out = args.out_dir or paths.BUILD_DIR / "runs" / "speed" / plan.name
     step_s, eval_s = TIMINGS[plan.regime]
+    if args.eval_seconds is not None and not args.status:
+        p.error("--eval-seconds is read only with --status")
+    if args.status:
+        from skillgate_lib.runs.study_progress import progress_lines, study_progress
+
+        if not (out / "plan.json").is_file():
+            p.error(f"{out}/plan.json: no study there (give the study's --out-dir)")
+        print(f"rate study {plan.name!r} in {out}:")
+        print("\n".join(progress_lines(study_progress(plan, out), plan, args.eval_seconds or eval_s, args.workers)))
+        source = ("--eval-seconds" if args.eval_seconds
+                  else "the kit's table for this regime, protocol.TIMINGS; --eval-seconds S gives one timed here")
+        print(f"(seconds an evaluation: {source})")
+        return 0
     print(f"rate study {plan.name!r}: {' vs '.join(plan.methods)} from {plan.model}, {plan.optimizer} step sizes "
           f"{list(plan.grid)} on seeds {list(plan.search_seeds)}, then {plan.seeds} seeds at the choice; "
           f"{plan.steps} steps -> {out}")
