@@ -89,7 +89,8 @@ def progress_lines(table: pd.DataFrame, plan, eval_s: float, workers: int = 1) -
     steps_done, evals_done = int(table["step"].sum()), int(table["evals"].sum())
     steps_left = len(table) * plan.steps - steps_done
     evals_left = len(table) * evals_per_run - evals_done
-    tests_left = int((~table["test"]).sum()) + 1  # and the warm start's, once
+    # test records: the runs at the chosen step size, and the warm start once, all written after the last run
+    tests_left = len(plan.methods) * plan.seeds - int(table["test"].sum()) + 1
     seconds = [x for xs in table["step_seconds"] for x in xs]
     step_s = float(np.median(seconds)) if seconds else float("nan")
     lines.append(f"done: {steps_done} of {len(table) * plan.steps} steps, {evals_done} of {len(table) * evals_per_run} "
