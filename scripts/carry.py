@@ -62,8 +62,10 @@ def checkpoint_first(study: Path, timeout_s: float, poll_s: float = 5.0) -> list
     """Ask the runs training in ``study`` for a checkpoint (touch ``study/checkpoint.now``) and wait until each run
     that logs a step after the request has written one after it too; returns those runs. Empty where every run is
     finished, or none logged a step within ``timeout_s`` (nothing is training there); raises TimeoutError naming a
-    run that logged one but wrote no checkpoint in time. The request is removed once served, or where nothing is
-    training (a run started later would otherwise checkpoint after its first step); kept where a run still owes it."""
+    run that logged one but wrote no checkpoint in time. The request stays: a served one asks for nothing more, and
+    removing it could race a trainer between its ``exists()`` and ``stat()`` of the file
+    (``train.checkpoint_requested``); its one cost is that a run starting later, with no checkpoint yet, writes one
+    after its first step."""
     request = study / CHECKPOINT_REQUEST
     request.touch()
     asked = request.stat().st_mtime_ns
@@ -71,18 +73,15 @@ def checkpoint_first(study: Path, timeout_s: float, poll_s: float = 5.0) -> list
     while True:
         unfinished = [d for d in study.iterdir() if (d / "config.json").is_file() and not (d / "adapter").exists()]
         if not unfinished:
-            request.unlink(missing_ok=True)
             return []
         active = [d for d in unfinished if _newer(d / "metrics.jsonl", asked)]
         waiting = [d for d in active if not _newer(d / "checkpoint.pt", asked)]
         if active and not waiting:
-            request.unlink(missing_ok=True)
             return sorted(active)
         if time.monotonic() > deadline:
             if waiting:
                 raise TimeoutError(f"{', '.join(map(str, waiting))}: logged a step after {request} but wrote no "
                                    f"checkpoint within {timeout_s:.0f} s")
-            request.unlink(missing_ok=True)
             return []
         time.sleep(poll_s)
 
