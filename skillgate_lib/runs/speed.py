@@ -200,8 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--export", type=Path, metavar="DIR",
                    help="after the study, copy its plan, selection and each run's config, metrics and test record to DIR")
     p.add_argument("--status", action="store_true",
-                   help="print where the study in --out-dir stands (each run's state, the work left) and run nothing; "
-                        "safe beside the running study")
+                   help="print where the study in --out-dir stands (each run's state, the work left, timed for the "
+                        "--workers and --together given) and run nothing; safe beside the running study")
     p.add_argument("--eval-seconds", type=float, metavar="S",
                    help="with --status: seconds an evaluation of 256 instances takes here (default: the kit's table)")
     preregister.add_plan_flags(p)
@@ -219,10 +219,12 @@ def speed_main(argv: list[str] | None = None) -> int:
     if args.status:
         from skillgate_lib.runs.study_progress import progress_lines, study_progress
 
-        if not (out / "plan.json").is_file():
-            p.error(f"{out}/plan.json: no study there (give the study's --out-dir)")
+        try:
+            table = study_progress(plan, out)
+        except (FileNotFoundError, ValueError) as e:
+            p.error(f"{e} (give the study's --out-dir and the arguments it was started with)")
         print(f"rate study {plan.name!r} in {out}:")
-        print("\n".join(progress_lines(study_progress(plan, out), plan, args.eval_seconds or eval_s, args.workers)))
+        print("\n".join(progress_lines(table, plan, args.eval_seconds or eval_s, args.workers, args.together)))
         source = ("--eval-seconds" if args.eval_seconds
                   else "the kit's table for this regime, protocol.TIMINGS; --eval-seconds S gives one timed here")
         print(f"(seconds an evaluation: {source})")
