@@ -27,14 +27,18 @@ def check_plan(plan, out_dir: Path) -> None:
     fixed up front)."""
     path = out_dir / "plan.json"
     if path.exists():
-        old = json.loads(path.read_text())
-        if old != plan.to_json():
-            diff = sorted(k for k in {*old, *plan.to_json()} if old.get(k) != plan.to_json().get(k))
+        if diff := plan_fields_differing(path, plan):
             raise ValueError(f"{path}: the study was started with another plan (fields {', '.join(diff)} differ); "
                              "a plan is fixed before its runs: choose another --out-dir")
         return
     out_dir.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(plan.to_json(), indent=1) + "\n")
+
+
+def plan_fields_differing(path: Path, plan) -> list[str]:
+    """The fields in which the plan written at ``path`` differs from ``plan.to_json()`` (empty when they agree)."""
+    written, asked = json.loads(Path(path).read_text()), plan.to_json()
+    return sorted(k for k in {*written, *asked} if written.get(k) != asked.get(k))
 
 
 def edge_extension(values: list[float], best: float) -> float | None:

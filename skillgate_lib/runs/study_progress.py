@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from skillgate_lib.report.rates import speed_run_name
+from skillgate_lib.runs.protocol import plan_fields_differing
 
 _RUN = re.compile(r"^(?P<method>\w+)-lr(?P<lr>[0-9.e+-]+)-seed(?P<seed>\d+)$")
 
@@ -64,9 +65,7 @@ def study_progress(plan, out_dir: str | Path) -> pd.DataFrame:
     path = out_dir / "plan.json"
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no study there")
-    written = json.loads(path.read_text())
-    if written != plan.to_json():
-        diff = sorted(k for k in {*written, *plan.to_json()} if written.get(k) != plan.to_json().get(k))
+    if diff := plan_fields_differing(path, plan):
         raise ValueError(f"{path}: the study there has another plan (fields {', '.join(diff)} differ from the one "
                          "asked for: check --regime, --optimizer and --seeds)")
     grid = {m: list(plan.grid) for m in plan.methods}
