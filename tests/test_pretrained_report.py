@@ -135,8 +135,8 @@ def test_a_pretrained_study_gets_its_own_sentence_and_the_tiny_models_sentences_
     assert none.startswith(f"On the pretrained `smollm2-sft` (`p`, 8 seed pairs), SkillGate is faster than outcome-only "
                            f"GRPO at learning the choice ({r['ratio']:.2f} [{r['ratio_lo']:.2f}, {r['ratio_hi']:.2f}]x; "
                            "no prediction committed before its runs); after the last step, SkillGate minus "
-                           "outcome-only: validation success +")
-    assert "pp (above 0), validation oracle-read +" in none and none.count("On the pretrained") == 1
+                           "outcome-only in validation: success +")
+    assert "pp (above 0), oracle-read +" in none and none.count("On the pretrained") == 1
     pre = pd.DataFrame([{"study": "p", "predicted": 1.7, "predicted_lo": 1.2, "predicted_hi": 2.5,
                          "inside": bool(1.2 <= r["ratio"] <= 2.5)}])
     assert "; the lookahead preregistered 1.70 [1.20, 2.50], the observation inside it)" in (
@@ -151,10 +151,10 @@ def test_where_outcome_only_does_not_learn_the_pretrained_sentence_gives_the_pai
     table = rates.rate_table(runs, tmp_path, tmp_path / "none.csv")
     pre = pd.DataFrame([{"study": "p", "predicted": 3.1, "predicted_lo": 1.9, "predicted_hi": 6.0, "inside": None}])
     text = P.study_sentence(table, rate_endpoints.endpoint_table(runs), pre)
-    assert ("outcome-only GRPO's speed of learning the choice is not shown above 0, so there is no ratio (SkillGate's "
-            "minus outcome-only's: +0.04") in text
+    assert ("outcome-only GRPO is not shown to learn the choice, so there is no ratio (SkillGate minus outcome-only: "
+            "+0.04") in text
     assert " logit/step, above 0; the lookahead preregistered 3.10 [1.90, 6.00]); " in text
-    assert "validation success " in text and "pp (covering 0)" in text and "inside" not in text
+    assert "in validation: success " in text and "pp (covering 0)" in text and "inside" not in text
 
 
 def test_the_verdicts_pretrained_sentence_reads_a_committed_study_end_to_end():
@@ -170,29 +170,44 @@ def test_the_verdicts_pretrained_sentence_reads_a_committed_study_end_to_end():
     assert text.count("On the pretrained") == 1 + landed.sum()
     assert "On the pretrained `tiny-note8` (`paper_note8_h68`, 8 seed pairs), SkillGate is faster than" in text
     assert "the lookahead preregistered 1.63 [1.41, 1.87], the observation inside it" in text
-    assert "validation success " in text and "validation oracle-read " in text
+    assert "in validation: success " in text and " oracle-read " in text
 
 
 def test_the_readme_has_room_for_the_pretrained_studys_sentence(monkeypatch):
-    """When the SmolLM2 rate study lands, the verdict gains its sentence: until then, with `paper_note8_h68` standing
-    in for a pretrained study (a sentence of the same shape and length), the verdict and the README still fit their
-    caps; once it has landed, the verdict as generated does."""
+    """When the SmolLM2 rate study lands, the verdict keeps every sentence it has and gains one. Until then that
+    sentence is written for a stand-in (the coming study's names, a copy of `paper_note8_h68`'s rate row) in each of
+    its branches, with wide numbers; the verdict and the README must fit their caps in every branch. Once the study
+    has landed, the verdict as generated must."""
     from skillgate_lib.report import docs
 
-    real = docs._rate_tables
-
-    def with_a_pretrained_study(data_dir):
-        table, fit, rates = real(data_dir)
-        table = table.copy()
-        table.loc[table["study"] == "paper_note8_h68", "pretrained"] = True
-        return table, fit, rates
-
-    if not real(paths.DATA_DIR)[0]["pretrained"].astype(bool).any():
-        monkeypatch.setattr(docs, "_rate_tables", with_a_pretrained_study)
-    text = docs.verdict(paths.REPO_ROOT / "figures", paths.DATA_DIR)
-    assert "On the pretrained `" in text
+    table = docs._rate_tables(paths.DATA_DIR)[0]
+    sentences = {"as generated": None}
+    if not table["pretrained"].astype(bool).any():
+        row = table[table["study"] == "paper_note8_h68"].copy()
+        row[["study", "regime", "model", "pretrained"]] = ["paper_f30", "paper_f30", "smollm2-sft", True]
+        ends = pd.DataFrame([{"study": "paper_f30", "endpoint": "validation success", "diff": -10.8, "diff_lo": -13.5,
+                              "diff_hi": -8.1},
+                             {"study": "paper_f30", "endpoint": "validation oracle-read", "diff": 12.3, "diff_lo": 10.5,
+                              "diff_hi": 14.1}])
+        branches = {"faster, inside": ({"ratio": 2.96, "ratio_lo": 2.61, "ratio_hi": 3.41}, True),
+                    "not shown faster, outside": ({"ratio": 10.41, "ratio_lo": 0.88, "ratio_hi": 12.41,
+                                                   "diff_lo": -0.01}, False),
+                    "no ratio": ({"outcome_learns": False, "diff": -0.012, "diff_lo": -0.034, "diff_hi": 0.006}, None)}
+        sentences = {}
+        for name, (values, inside) in branches.items():
+            r = row.copy()
+            r[list(values)] = list(values.values())
+            pre = pd.DataFrame([{"study": "paper_f30", "predicted": 12.96, "predicted_lo": 10.60, "predicted_hi": 13.41,
+                                 "inside": inside}])
+            sentences[name] = P.study_sentence(r, ends, pre)
+            assert sentences[name].startswith("On the pretrained `smollm2-sft` (`paper_f30`, 8 seed pairs), ")
     readme = (paths.REPO_ROOT / "README.md").read_text()
     now = readme.split("<!-- generated: verdict -->")[1].split("<!-- end generated -->")[0].strip().splitlines()
-    lines = len(text.strip().splitlines())
-    assert lines <= docs.VERDICT_LINES, text
-    assert len(readme.splitlines()) - len(now) + lines <= 200, (len(readme.splitlines()), len(now), lines)
+    for name, sentence in sentences.items():
+        if sentence is not None:
+            monkeypatch.setattr(docs, "_pretrained_sentence", lambda table, data_dir, s=sentence: s)
+        text = docs.verdict(paths.REPO_ROOT / "figures", paths.DATA_DIR)
+        assert "On the pretrained `" in " ".join(text.split()), name
+        lines = len(text.strip().splitlines())
+        assert lines <= docs.VERDICT_LINES, (name, text)
+        assert len(readme.splitlines()) - len(now) + lines <= 200, (name, len(readme.splitlines()), len(now), lines)

@@ -225,8 +225,8 @@ def study_sentence(table: pd.DataFrame, endpoints: pd.DataFrame, pre: pd.DataFra
             text += (f"SkillGate is {faster_word(r)} than outcome-only GRPO at learning the choice "
                      f"({_interval(r.ratio, r.ratio_lo, r.ratio_hi, '.2f')}x")
         else:
-            text += (f"outcome-only GRPO's speed of learning the choice is not shown above 0, so there is no ratio "
-                     f"(SkillGate's minus outcome-only's: {_interval(r.diff, r.diff_lo, r.diff_hi, '+.3f')} logit/step, "
+            text += (f"outcome-only GRPO is not shown to learn the choice, so there is no ratio (SkillGate minus "
+                     f"outcome-only: {_interval(r.diff, r.diff_lo, r.diff_hi, '+.3f')} logit/step, "
                      f"{_side(r.diff_lo, r.diff_hi)}")
         if r.study in pre.index:
             p = pre.loc[r.study]
@@ -236,9 +236,10 @@ def study_sentence(table: pd.DataFrame, endpoints: pd.DataFrame, pre: pd.DataFra
         else:
             text += "; no prediction committed before its runs"
         ends = endpoints[endpoints["study"] == r.study].set_index("endpoint") if len(endpoints) else pd.DataFrame()
-        said = [f"{label} {_interval(e['diff'], e['diff_lo'], e['diff_hi'], '+.1f')} pp ({_side(e['diff_lo'], e['diff_hi'])})"
-                for label in ("validation success", "validation oracle-read") if label in ends.index
-                for e in [ends.loc[label]]]
-        text += ")" + (f"; after the last step, SkillGate minus outcome-only: {', '.join(said)}" if said else "") + "."
+        said = [f"{word} {_interval(e['diff'], e['diff_lo'], e['diff_hi'], '+.1f')} pp ({_side(e['diff_lo'], e['diff_hi'])})"
+                for label, word in (("validation success", "success"), ("validation oracle-read", "oracle-read"))
+                if label in ends.index for e in [ends.loc[label]]]
+        text += ")" + (f"; after the last step, SkillGate minus outcome-only in validation: {', '.join(said)}"
+                       if said else "") + "."
         out.append(text)
     return " ".join(out)
