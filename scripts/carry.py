@@ -5,21 +5,30 @@
     python scripts/carry.py --checkpoint-first data/runs/in_progress/speed/paper_f30  # before a machine goes back
 
 A job longer than a machine is lent for (the SmolLM2 lookahead and rate study run for hours to days on
-two cores) goes on in the next checkout only through what is committed. This names what resuming reads:
+two cores) goes on from the checkout it ran in where that checkout survives, and in a fresh one only through
+what is committed. This names what resuming reads:
 
 * a prediction (``predict --out FILE``): the JSON itself, rewritten after every finished run;
 * a study (``speed --out-dir DIR``): ``plan.json`` and ``selection.json``; per run ``config.json`` and
   ``metrics.jsonl``; a finished run's ``adapter/`` (what marks it finished, and what its test record is
-  evaluated from) and ``test.json``; an interrupted run's ``checkpoint.pt`` (the steps after it are run again,
-  to the same numbers); the step-0 evaluation its runs share (``step0_eval/``, :mod:`skillgate_lib.runs.warm_eval`:
-  several minutes of SmolLM2's time; read only while the code, package versions, chip and settings are unchanged).
-  A finished run's checkpoint, the trajectory tables and the sample logs stay behind: resuming never reads them.
+  evaluated from) and ``test.json``; the step-0 evaluation its runs share (``step0_eval/``,
+  :mod:`skillgate_lib.runs.warm_eval`: several minutes of SmolLM2's time; read only while the code, package
+  versions, chip and settings are unchanged).
+
+An interrupted run's ``checkpoint.pt`` is carried only with ``--checkpoints``. SmolLM2's is 11 MB (LoRA weights
+and AdamW's two moments), and every carry would add one to the history for good: about 190 MB over the study.
+Without it the checkout that trained the run resumes from the checkpoint on its disk; a fresh clone trains the run
+again from step 0 (resuming truncates its log: ``train.Trainer``), to the same numbers, losing at most one run's
+time (under 2 h for SmolLM2 here). A finished run's checkpoint, the trajectory tables and the sample logs stay
+behind: resuming never reads them. Files tracked under a carried study that it no longer carries (a checkpoint
+carried before, a finished run's stale one) are untracked (``git rm --cached``) and stay on disk.
 
 ``--checkpoint-first`` asks the run training in a study for a checkpoint now (``checkpoint.now``, read by
-:func:`skillgate_lib.runs.train.checkpoint_requested`), waits until it is written (after the step in progress
-and its evaluation: minutes for SmolLM2) and then carries it, so resuming trains that step again at most.
-The files are staged with ``git add -f`` (``data/runs/in_progress/.gitignore`` ignores everything else there),
-so ``git status`` stays clean while a job writes. Exits 1, naming the path, where a path is neither.
+:func:`skillgate_lib.runs.train.checkpoint_requested`) and waits until it is written (after the step in progress
+and its evaluation: minutes for SmolLM2), so that resuming, from this checkout or with ``--checkpoints`` from a
+fresh one, trains that step again at most. The files are staged with ``git add -f``
+(``data/runs/in_progress/.gitignore`` ignores everything else there), so ``git status`` stays clean while a job
+writes. Exits 1, naming the path, where a path is neither.
 """
 
 from __future__ import annotations
@@ -36,8 +45,9 @@ RUN_FILES = ("config.json", "metrics.jsonl", "test.json")
 CHECKPOINT_REQUEST = "checkpoint.now"  # skillgate_lib.runs.train.CHECKPOINT_REQUEST
 
 
-def carried(path: Path) -> list[Path]:
-    """The files that resume the prediction (a ``.json`` file) or study (a directory with ``plan.json``) at ``path``."""
+def carried(path: Path, checkpoints: bool = False) -> list[Path]:
+    """The files that resume the prediction (a ``.json`` file) or study (a directory with ``plan.json``) at ``path``;
+    an interrupted run's checkpoint only with ``checkpoints``."""
     if path.is_file() and path.suffix == ".json":
         return [path]
     if not (path / "plan.json").is_file():
@@ -49,9 +59,23 @@ def carried(path: Path) -> list[Path]:
         adapter = run / "adapter"
         if (adapter / "adapter_config.json").is_file():
             out += sorted(p for p in adapter.rglob("*") if p.is_file())
-        elif (run / "checkpoint.pt").is_file():
+        elif checkpoints and (run / "checkpoint.pt").is_file():
             out.append(run / "checkpoint.pt")
     return out
+
+
+def untrack_others(path: Path, keep: list[Path]) -> list[str]:
+    """Untrack (``git rm --cached``; the files stay on disk) what git tracks under the study ``path`` but ``keep``
+    does not hold; returns those paths. Nothing for a prediction's JSON."""
+    if not path.is_dir():
+        return []
+    tracked = subprocess.run(["git", "ls-files", "-z", "--", str(path)], capture_output=True, text=True,
+                             check=True).stdout.split("\0")
+    kept = {Path(k).resolve() for k in keep} | {(path / name).resolve() for name in (".gitignore", "README.md")}
+    stale = [t for t in tracked if t and Path(t).resolve() not in kept]
+    if stale:
+        subprocess.run(["git", "rm", "-q", "--cached", "--", *stale], check=True)
+    return stale
 
 
 def _newer(path: Path, than: int) -> bool:
@@ -92,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--list", action="store_true", help="print the files, stage nothing")
     p.add_argument("--checkpoint-first", action="store_true",
                    help="ask each study's training run for a checkpoint now and wait for it before carrying")
+    p.add_argument("--checkpoints", action="store_true",
+                   help="also carry interrupted runs' checkpoints (a fresh clone then resumes them mid-run; each adds "
+                        "its size to the history for good)")
     p.add_argument("--timeout", type=float, default=1200, help="seconds --checkpoint-first waits (default 1200)")
     args = p.parse_args(argv)
     if args.checkpoint_first:
@@ -108,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     files = []
     for path in args.paths:
         try:
-            files += carried(path)
+            files += carried(path, args.checkpoints)
         except ValueError as e:
             print(f"carry: {e}", file=sys.stderr)
             return 1
@@ -116,8 +143,17 @@ def main(argv: list[str] | None = None) -> int:
     for f in files:
         print(f)
     print(f"{len(files)} files, {size / 1e6:.1f} MB", file=sys.stderr)
-    if not args.list and files:
-        subprocess.run(["git", "add", "-f", "--", *map(str, files)], check=True)
+    behind = [p.parent.name for path in args.paths if path.is_dir() for p in sorted(path.glob("*/checkpoint.pt"))
+              if not (p.parent / "adapter").exists() and p not in files]
+    if behind:
+        print(f"carry: not carried, the checkpoint of {', '.join(behind)}: this checkout resumes from it, a fresh "
+              "clone trains the run again from step 0 (--checkpoints carries it)", file=sys.stderr)
+    if not args.list:
+        if files:
+            subprocess.run(["git", "add", "-f", "--", *map(str, files)], check=True)
+        for path in args.paths:
+            if stale := untrack_others(path, files):
+                print(f"carry: untracked (kept on disk): {', '.join(stale)}", file=sys.stderr)
     return 0
 
 

@@ -37,7 +37,7 @@ def _study(root: Path) -> Path:
     return root
 
 
-def test_a_study_carries_its_records_finished_adapters_and_interrupted_checkpoints(tmp_path):
+def test_a_study_carries_its_records_finished_adapters_and_interrupted_checkpoints_when_asked(tmp_path):
     carry = _load()
     study = _study(tmp_path / "paper_f30")
     got = {p.relative_to(study).as_posix() for p in carry.carried(study)}
@@ -45,8 +45,9 @@ def test_a_study_carries_its_records_finished_adapters_and_interrupted_checkpoin
                    "outcome-lr0.0003-seed0/config.json", "outcome-lr0.0003-seed0/metrics.jsonl",
                    "outcome-lr0.0003-seed0/test.json", "outcome-lr0.0003-seed0/adapter/adapter_config.json",
                    "outcome-lr0.0003-seed0/adapter/adapter_model.safetensors",
-                   "skillgate-lr0.0003-seed0/config.json", "skillgate-lr0.0003-seed0/metrics.jsonl",
-                   "skillgate-lr0.0003-seed0/checkpoint.pt"}
+                   "skillgate-lr0.0003-seed0/config.json", "skillgate-lr0.0003-seed0/metrics.jsonl"}
+    with_checkpoints = {p.relative_to(study).as_posix() for p in carry.carried(study, checkpoints=True)}
+    assert with_checkpoints == got | {"skillgate-lr0.0003-seed0/checkpoint.pt"}  # the finished run's never
     _touch(study / "selection.json")
     assert study / "selection.json" in carry.carried(study)
     from skillgate_lib.runs import warm_eval
@@ -74,7 +75,32 @@ def test_carry_stages_the_files_in_git_even_where_ignored(tmp_path, monkeypatch)
     assert carry.main([str(study.relative_to(repo))]) == 0
     staged = subprocess.run(["git", "-C", str(repo), "diff", "--cached", "--name-only"], capture_output=True, text=True,
                             check=True).stdout.split()
-    assert len(staged) == 10 and all("trajectories" not in s and "samples" not in s for s in staged)
+    assert len(staged) == 9 and all("trajectories" not in s and "samples" not in s for s in staged)
+
+
+def test_a_checkpoint_carried_before_is_untracked_and_stays_on_disk(tmp_path, monkeypatch, capsys):
+    carry = _load()
+    repo = tmp_path / "repo"
+    study = _study(repo / "data" / "runs" / "in_progress" / "speed" / "s")
+    _touch(repo / "data" / "runs" / "in_progress" / ".gitignore", "*\n")
+    _touch(study / "README.md", "kept: not a run's file")
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    monkeypatch.chdir(repo)
+
+    def tracked():
+        return set(subprocess.run(["git", "ls-files"], capture_output=True, text=True, check=True).stdout.split())
+
+    rel = study.relative_to(repo)
+    assert carry.main(["--checkpoints", str(rel)]) == 0
+    subprocess.run(["git", "add", "-f", str(rel / "README.md")], check=True)
+    checkpoint = f"{rel}/skillgate-lr0.0003-seed0/checkpoint.pt"
+    assert checkpoint in tracked() and f"{rel}/outcome-lr0.0003-seed0/checkpoint.pt" not in tracked()
+    assert carry.main([str(rel)]) == 0
+    assert checkpoint not in tracked() and (repo / checkpoint).is_file() and f"{rel}/README.md" in tracked()
+    err = capsys.readouterr().err
+    assert f"untracked (kept on disk): {checkpoint}" in err and "a fresh clone trains the run again" in err
+    assert carry.main(["--list", str(rel)]) == 0  # --list changes nothing
+    assert checkpoint not in tracked()
 
 
 def _trainer(run: Path, checkpoint: bool) -> threading.Thread:
