@@ -15,13 +15,15 @@ what is committed. This names what resuming reads:
   :mod:`skillgate_lib.runs.warm_eval`: several minutes of SmolLM2's time; read only while the code, package
   versions, chip and settings are unchanged).
 
-An interrupted run's ``checkpoint.pt`` is carried only with ``--checkpoints``. SmolLM2's is 11 MB (LoRA weights
-and AdamW's two moments), and every carry would add one to the history for good: about 190 MB over the study.
-Without it the checkout that trained the run resumes from the checkpoint on its disk; a fresh clone trains the run
-again from step 0 (resuming truncates its log: ``train.Trainer``), to the same numbers, losing at most one run's
-time (under 2 h for SmolLM2 here). A finished run's checkpoint, the trajectory tables and the sample logs stay
-behind: resuming never reads them. Files tracked under a carried study that it no longer carries (a checkpoint
-carried before, a finished run's stale one) are untracked (``git rm --cached``) and stay on disk.
+An interrupted run (its ``checkpoint.pt``, ``config.json`` and ``metrics.jsonl``) is carried only with
+``--checkpoints``. SmolLM2's checkpoint is 11 MB (LoRA weights and AdamW's two moments), and every carry would add
+one to the history for good: about 190 MB over the study. Without it the checkout that trained the run resumes from
+the checkpoint on its disk; a fresh clone trains the run again from step 0, to the same numbers, losing at most one
+run's time (under 2 h for SmolLM2 here). And since nothing tracked then changes while the study trains (new files
+here are ignored), the study may run on after the commit: the working tree stays clean. A finished run's
+checkpoint, the trajectory tables and the sample logs stay behind: resuming never reads them. Files tracked under a
+carried study that it no longer carries (an interrupted run carried before, a finished run's stale checkpoint) are
+untracked (``git rm --cached``) and stay on disk.
 
 ``--checkpoint-first`` asks the run training in a study for a checkpoint now (``checkpoint.now``, read by
 :func:`skillgate_lib.runs.train.checkpoint_requested`) and waits until it is written (after the step in progress
@@ -47,7 +49,8 @@ CHECKPOINT_REQUEST = "checkpoint.now"  # skillgate_lib.runs.train.CHECKPOINT_REQ
 
 def carried(path: Path, checkpoints: bool = False) -> list[Path]:
     """The files that resume the prediction (a ``.json`` file) or study (a directory with ``plan.json``) at ``path``;
-    an interrupted run's checkpoint only with ``checkpoints``."""
+    an interrupted run's files (its checkpoint, config and log) only with ``checkpoints``: without its checkpoint,
+    resuming trains it again from step 0 and its log is rewritten."""
     if path.is_file() and path.suffix == ".json":
         return [path]
     if not (path / "plan.json").is_file():
@@ -55,12 +58,12 @@ def carried(path: Path, checkpoints: bool = False) -> list[Path]:
     out = [path / name for name in STUDY_FILES if (path / name).is_file()]
     out += sorted((path / SHARED_EVAL).glob("*.pt"))
     for run in sorted(d for d in path.iterdir() if (d / "config.json").is_file()):
-        out += [run / name for name in RUN_FILES if (run / name).is_file()]
         adapter = run / "adapter"
         if (adapter / "adapter_config.json").is_file():
+            out += [run / name for name in RUN_FILES if (run / name).is_file()]
             out += sorted(p for p in adapter.rglob("*") if p.is_file())
         elif checkpoints and (run / "checkpoint.pt").is_file():
-            out.append(run / "checkpoint.pt")
+            out += [run / name for name in RUN_FILES if (run / name).is_file()] + [run / "checkpoint.pt"]
     return out
 
 
@@ -143,11 +146,11 @@ def main(argv: list[str] | None = None) -> int:
     for f in files:
         print(f)
     print(f"{len(files)} files, {size / 1e6:.1f} MB", file=sys.stderr)
-    behind = [p.parent.name for path in args.paths if path.is_dir() for p in sorted(path.glob("*/checkpoint.pt"))
-              if not (p.parent / "adapter").exists() and p not in files]
+    behind = [c.parent.name for path in args.paths if path.is_dir() for c in sorted(path.glob("*/config.json"))
+              if c not in files]
     if behind:
-        print(f"carry: not carried, the checkpoint of {', '.join(behind)}: this checkout resumes from it, a fresh "
-              "clone trains the run again from step 0 (--checkpoints carries it)", file=sys.stderr)
+        print(f"carry: not carried, the interrupted run {', '.join(behind)}: this checkout resumes it from its "
+              "checkpoint, a fresh clone trains the run again from step 0 (--checkpoints carries it)", file=sys.stderr)
     if not args.list:
         if files:
             subprocess.run(["git", "add", "-f", "--", *map(str, files)], check=True)

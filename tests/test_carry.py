@@ -44,10 +44,10 @@ def test_a_study_carries_its_records_finished_adapters_and_interrupted_checkpoin
     assert got == {"plan.json", "step0_eval/0123abcd.pt",
                    "outcome-lr0.0003-seed0/config.json", "outcome-lr0.0003-seed0/metrics.jsonl",
                    "outcome-lr0.0003-seed0/test.json", "outcome-lr0.0003-seed0/adapter/adapter_config.json",
-                   "outcome-lr0.0003-seed0/adapter/adapter_model.safetensors",
-                   "skillgate-lr0.0003-seed0/config.json", "skillgate-lr0.0003-seed0/metrics.jsonl"}
+                   "outcome-lr0.0003-seed0/adapter/adapter_model.safetensors"}
     with_checkpoints = {p.relative_to(study).as_posix() for p in carry.carried(study, checkpoints=True)}
-    assert with_checkpoints == got | {"skillgate-lr0.0003-seed0/checkpoint.pt"}  # the finished run's never
+    assert with_checkpoints == got | {"skillgate-lr0.0003-seed0/checkpoint.pt", "skillgate-lr0.0003-seed0/config.json",
+                                      "skillgate-lr0.0003-seed0/metrics.jsonl"}  # the finished run's never
     _touch(study / "selection.json")
     assert study / "selection.json" in carry.carried(study)
     from skillgate_lib.runs import warm_eval
@@ -75,7 +75,7 @@ def test_carry_stages_the_files_in_git_even_where_ignored(tmp_path, monkeypatch)
     assert carry.main([str(study.relative_to(repo))]) == 0
     staged = subprocess.run(["git", "-C", str(repo), "diff", "--cached", "--name-only"], capture_output=True, text=True,
                             check=True).stdout.split()
-    assert len(staged) == 9 and all("trajectories" not in s and "samples" not in s for s in staged)
+    assert len(staged) == 7 and all("trajectories" not in s and "samples" not in s for s in staged)
 
 
 def test_a_checkpoint_carried_before_is_untracked_and_stays_on_disk(tmp_path, monkeypatch, capsys):
@@ -97,6 +97,7 @@ def test_a_checkpoint_carried_before_is_untracked_and_stays_on_disk(tmp_path, mo
     assert checkpoint in tracked() and f"{rel}/outcome-lr0.0003-seed0/checkpoint.pt" not in tracked()
     assert carry.main([str(rel)]) == 0
     assert checkpoint not in tracked() and (repo / checkpoint).is_file() and f"{rel}/README.md" in tracked()
+    assert not any(t.startswith(f"{rel}/skillgate-lr0.0003-seed0/") for t in tracked())
     err = capsys.readouterr().err
     assert f"untracked (kept on disk): {checkpoint}" in err and "a fresh clone trains the run again" in err
     assert carry.main(["--list", str(rel)]) == 0  # --list changes nothing
