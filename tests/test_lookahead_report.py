@@ -193,5 +193,6 @@ def test_a_prediction_committed_after_a_carried_run_is_not_preregistered(tmp_pat
         monkeypatch.setattr(paths, "REPO_ROOT", repo)
         pre = L.preregistered(table, repo / "data/runs/predict", repo / "data/runs/speed")
         assert (not pre.empty) == counts, (name, pre)
+        assert list(pre.columns) == L.PREREGISTERED_COLUMNS and pre[pre["study"] == "s"].empty != counts  # as read
         if counts:
             assert pre.set_index("study").loc["s", "runs_commit"] == ids[order.index(carried)][:7]

@@ -328,6 +328,12 @@ def variant_sentence(v: pd.DataFrame) -> str:
             f"{cheap:.2f}x on average against the on-policy lookahead's {own:.2f}x.")
 
 
+#: :func:`preregistered`'s columns, which an empty table has too (no study preregistered, or no git history to tell).
+PREREGISTERED_COLUMNS = ["study", "prediction_commit", "runs_commit", "k", "predicted", "predicted_lo", "predicted_hi",
+                         "observed", "observed_lo", "observed_hi", "inside", "lookahead_off", "constant",
+                         "constant_off"]
+
+
 def preregistered(table: pd.DataFrame, root: str | Path = PREDICT_DIR,
                   speed_root: str | Path = paths.DATA_DIR / "runs" / "speed") -> pd.DataFrame:
     """The studies whose prediction was committed before their runs: one row each with the commits (prediction,
@@ -340,7 +346,7 @@ def preregistered(table: pd.DataFrame, root: str | Path = PREDICT_DIR,
     ``selection.json`` or a run carried while it ran); a study not yet exported is left out."""
     preds = complete(predictions(root), root)
     if preds.empty or table.empty:
-        return pd.DataFrame()
+        return pd.DataFrame(columns=PREREGISTERED_COLUMNS)
     loo = loo_table(table, preds).set_index("study")
     rows = []
     for study in sorted(set(table["study"]) & set(preds["study"])):
@@ -363,7 +369,7 @@ def preregistered(table: pd.DataFrame, root: str | Path = PREDICT_DIR,
                      "inside": bool(at["ratio_lo"] <= observed <= at["ratio_hi"]) if r is not None else None,
                      "lookahead_off": _off(observed, float(at["ratio"])), "constant": constant,
                      "constant_off": _off(observed, constant)})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=PREREGISTERED_COLUMNS)
 
 
 def _off(observed: float, predicted: float) -> float:
