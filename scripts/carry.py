@@ -23,7 +23,8 @@ run's time (under 2 h for SmolLM2 here). And since nothing tracked then changes 
 here are ignored), the study may run on after the commit: the working tree stays clean. A finished run's
 checkpoint, the trajectory tables and the sample logs stay behind: resuming never reads them. Files tracked under a
 carried study that it no longer carries (an interrupted run carried before, a finished run's stale checkpoint) are
-untracked (``git rm --cached``) and stay on disk.
+untracked (``git rm --cached``) and stay on disk: commit with no paths (``git commit -m ...``), since
+a commit that names paths takes their working-tree files and would add them back.
 
 ``--checkpoint-first`` asks the run training in a study for a checkpoint now (``checkpoint.now``, read by
 :func:`skillgate_lib.runs.train.checkpoint_requested`) and waits until it is written (after the step in progress
