@@ -18,13 +18,16 @@ what is committed. This names what resuming reads:
 An interrupted run (its ``checkpoint.pt``, ``config.json`` and ``metrics.jsonl``) is carried only with
 ``--checkpoints``. SmolLM2's checkpoint is 11 MB (LoRA weights and AdamW's two moments), and every carry would add
 one to the history for good: about 190 MB over the study. Without it the checkout that trained the run resumes from
-the checkpoint on its disk; a fresh clone trains the run again from step 0, to the same numbers, losing at most one
-run's time (under 2 h for SmolLM2 here). And since nothing tracked then changes while the study trains (new files
+the checkpoint on its disk; a fresh clone trains each interrupted run again from step 0, to the same numbers,
+losing its time so far (under 2 h a run for SmolLM2 here, where one run trains at a time). And since nothing tracked then changes while the study trains (new files
 here are ignored), the study may run on after the commit: the working tree stays clean. A finished run's
 checkpoint, the trajectory tables and the sample logs stay behind: resuming never reads them. Files tracked under a
 carried study that it no longer carries (an interrupted run carried before, a finished run's stale checkpoint) are
 untracked (``git rm --cached``) and stay on disk: commit with no paths (``git commit -m ...``), since
-a commit that names paths takes their working-tree files and would add them back.
+a commit that names paths takes their working-tree files and would add them back. In the checkout a study runs in,
+never check out, reset to or bisect a commit that still tracks a run it is training: git would overwrite that
+run's files with the committed ones (or delete them on the way back); read old commits with ``git show`` or from
+another worktree. (A prediction's JSON is rewritten after every run, so it does change while ``predict`` runs.)
 
 ``--checkpoint-first`` asks the run training in a study for a checkpoint now (``checkpoint.now``, read by
 :func:`skillgate_lib.runs.train.checkpoint_requested`) and waits until it is written (after the step in progress
@@ -73,12 +76,13 @@ def untrack_others(path: Path, keep: list[Path]) -> list[str]:
     does not hold; returns those paths. Nothing for a prediction's JSON."""
     if not path.is_dir():
         return []
-    tracked = subprocess.run(["git", "ls-files", "-z", "--", str(path)], capture_output=True, text=True,
-                             check=True).stdout.split("\0")
+    tracked = subprocess.run(["git", "--literal-pathspecs", "ls-files", "-z", "--", str(path)], capture_output=True,
+                             text=True, check=True).stdout.split("\0")
     kept = {Path(k).resolve() for k in keep} | {(path / name).resolve() for name in (".gitignore", "README.md")}
     stale = [t for t in tracked if t and Path(t).resolve() not in kept]
     if stale:
-        subprocess.run(["git", "rm", "-q", "--cached", "--", *stale], check=True)
+        # -f: a file staged earlier and changed since is untracked too (git refuses that without it); it stays on disk
+        subprocess.run(["git", "--literal-pathspecs", "rm", "-q", "--cached", "-f", "--", *stale], check=True)
     return stale
 
 
@@ -147,14 +151,16 @@ def main(argv: list[str] | None = None) -> int:
     for f in files:
         print(f)
     print(f"{len(files)} files, {size / 1e6:.1f} MB", file=sys.stderr)
-    behind = [c.parent.name for path in args.paths if path.is_dir() for c in sorted(path.glob("*/config.json"))
+    behind = [c.parent for path in args.paths if path.is_dir() for c in sorted(path.glob("*/config.json"))
               if c not in files]
-    if behind:
-        print(f"carry: not carried, the interrupted run {', '.join(behind)}: this checkout resumes it from its "
-              "checkpoint, a fresh clone trains the run again from step 0 (--checkpoints carries it)", file=sys.stderr)
+    for run in behind:
+        here = ("this checkout resumes it from its checkpoint" if (run / "checkpoint.pt").is_file()
+                else "it has no checkpoint yet, so this checkout too trains it again from step 0")
+        print(f"carry: not carried, the interrupted run {run.name}: {here}; a fresh clone trains it again from step 0"
+              + ("" if args.checkpoints else " (--checkpoints carries it)"), file=sys.stderr)
     if not args.list:
         if files:
-            subprocess.run(["git", "add", "-f", "--", *map(str, files)], check=True)
+            subprocess.run(["git", "--literal-pathspecs", "add", "-f", "--", *map(str, files)], check=True)
         for path in args.paths:
             if stale := untrack_others(path, files):
                 print(f"carry: untracked (kept on disk): {', '.join(stale)}", file=sys.stderr)

@@ -95,13 +95,16 @@ def test_a_checkpoint_carried_before_is_untracked_and_stays_on_disk(tmp_path, mo
     subprocess.run(["git", "add", "-f", str(rel / "README.md")], check=True)
     checkpoint = f"{rel}/skillgate-lr0.0003-seed0/checkpoint.pt"
     assert checkpoint in tracked() and f"{rel}/outcome-lr0.0003-seed0/checkpoint.pt" not in tracked()
+    assert carry.main(["--list", str(rel)]) == 0  # --list stages and untracks nothing
+    assert checkpoint in tracked()
+    (repo / rel / "skillgate-lr0.0003-seed0" / "metrics.jsonl").write_text('{"step": 12}\n')  # staged, then changed
     assert carry.main([str(rel)]) == 0
-    assert checkpoint not in tracked() and (repo / checkpoint).is_file() and f"{rel}/README.md" in tracked()
+    assert (repo / checkpoint).is_file()
+    assert tracked() == {f"{rel}/README.md"} | {p.relative_to(repo).as_posix() for p in carry.carried(study)}
     assert not any(t.startswith(f"{rel}/skillgate-lr0.0003-seed0/") for t in tracked())
     err = capsys.readouterr().err
-    assert f"untracked (kept on disk): {checkpoint}" in err and "a fresh clone trains the run again" in err
-    assert carry.main(["--list", str(rel)]) == 0  # --list changes nothing
-    assert checkpoint not in tracked()
+    assert f"untracked (kept on disk): {checkpoint}" in err and "this checkout resumes it from its checkpoint" in err
+    assert "a fresh clone trains it again from step 0 (--checkpoints carries it)" in err
 
 
 def _trainer(run: Path, checkpoint: bool) -> threading.Thread:
