@@ -19,8 +19,9 @@ An interrupted run (its ``checkpoint.pt``, ``config.json`` and ``metrics.jsonl``
 ``--checkpoints``. SmolLM2's checkpoint is 11 MB (LoRA weights and AdamW's two moments), and every carry would add
 one to the history for good: about 190 MB over the study. Without it the checkout that trained the run resumes from
 the checkpoint on its disk; a fresh clone trains each interrupted run again from step 0, to the same numbers,
-losing its time so far (under 2 h a run for SmolLM2 here, where one run trains at a time). And since nothing tracked then changes while the study trains (new files
-here are ignored), the study may run on after the commit: the working tree stays clean. A finished run's
+losing its time so far (under 2 h a run for SmolLM2 here, where one run trains at a time). And since nothing
+tracked then changes while the study trains (new files here are ignored), the study may run on after the commit:
+the working tree stays clean. A finished run's
 checkpoint, the trajectory tables and the sample logs stay behind: resuming never reads them. Files tracked under a
 carried study that it no longer carries (an interrupted run carried before, a finished run's stale checkpoint) are
 untracked (``git rm --cached``) and stay on disk: commit with no paths (``git commit -m ...``), since
