@@ -18,17 +18,17 @@ what is committed. This names what resuming reads:
 An interrupted run (its ``checkpoint.pt``, ``config.json`` and ``metrics.jsonl``) is carried only with
 ``--checkpoints``. SmolLM2's checkpoint is 11 MB (LoRA weights and AdamW's two moments), and every carry would add
 one to the history for good: about 190 MB over the study. Without it the checkout that trained the run resumes from
-the checkpoint on its disk; a fresh clone trains each interrupted run again from step 0, to the same numbers,
-losing its time so far (under 2 h a run for SmolLM2 here, where one run trains at a time). And since nothing
-tracked then changes while the study trains (new files here are ignored), the study may run on after the commit:
-the working tree stays clean. A finished run's
-checkpoint, the trajectory tables and the sample logs stay behind: resuming never reads them. Files tracked under a
-carried study that it no longer carries (an interrupted run carried before, a finished run's stale checkpoint) are
-untracked (``git rm --cached``) and stay on disk: commit with no paths (``git commit -m ...``), since
-a commit that names paths takes their working-tree files and would add them back. In the checkout a study runs in,
-never check out, reset to or bisect a commit that still tracks a run it is training: git would overwrite that
-run's files with the committed ones (or delete them on the way back); read old commits with ``git show`` or from
-another worktree. (A prediction's JSON is rewritten after every run, so it does change while ``predict`` runs.)
+the checkpoint on its disk; a fresh clone trains each interrupted run again from step 0, to the same numbers, losing
+its time so far (about 2 h a run for SmolLM2 here, where one run trains at a time). And since nothing tracked then
+changes while the study trains (new files here are ignored), the study may run on after the commit: the working tree
+stays clean. A finished run's checkpoint, the trajectory tables and the sample logs stay behind: resuming never
+reads them. Files tracked under a carried study that it no longer carries (an interrupted run carried before, a
+finished run's stale checkpoint) are untracked (``git rm --cached``) and stay on disk: commit with no paths
+(``git commit -m ...``), since a commit that names paths takes their working-tree files and would add them back. In
+the checkout a study runs in, never check out, reset to or bisect a commit that still tracks a run it is training:
+git would overwrite that run's files with the committed ones (or delete them on the way back); read old commits with
+``git show`` or from another worktree. (A prediction's JSON is rewritten after every run, so it does change while
+``predict`` runs.)
 
 ``--checkpoint-first`` asks the run training in a study for a checkpoint now (``checkpoint.now``, read by
 :func:`skillgate_lib.runs.train.checkpoint_requested`) and waits until it is written (after the step in progress
