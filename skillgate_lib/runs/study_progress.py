@@ -1,7 +1,7 @@
 """Where a rate study stands: each planned run's state, and the work left, read from the study's folder alone.
 
     python -m skillgate_lib speed --regime paper_f30 --workers 1 --together 1 \
-        --out-dir data/runs/in_progress/speed/paper_f30 --status --eval-seconds 440
+        --out-dir data/runs/in_progress/speed/paper_f30 --status --eval-seconds 620
 
 (the time left assumes the ``--workers`` and ``--together`` given, the ones the study runs with)
 
